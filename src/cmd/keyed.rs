@@ -1,0 +1,587 @@
+//! Commands that touch keys, and how a shard applies them to its `Store`.
+//!
+//! The connection parses and validates; the shard only executes, so a `KeyCmd` is always
+//! well-formed. Each command yields exactly one `Reply`.
+
+use crate::limiter::cell::{self, CellArgs};
+use crate::limiter::{self, Decision, Rule, State};
+use crate::store::{Slot, Store, StoreFull, Value};
+use bytes::Bytes;
+use std::borrow::Cow;
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// How SET treats an existing key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetCond {
+    Always,
+    /// NX: only if absent.
+    IfAbsent,
+    /// XX: only if present.
+    IfPresent,
+}
+
+/// SET's expiry option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetExpiry {
+    /// No option: the key loses any TTL it had.
+    Clear,
+    KeepTtl,
+    /// Relative, in milliseconds (EX, PX).
+    In(u64),
+    /// Absolute unix time in milliseconds (EXAT, PXAT).
+    At(u64),
+}
+
+/// EXPIRE's condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpireCond {
+    Always,
+    Nx,
+    Xx,
+    Gt,
+    Lt,
+}
+
+#[derive(Debug, Clone)]
+pub enum KeyCmd {
+    Get(Bytes),
+    Set {
+        key: Bytes,
+        value: Bytes,
+        expiry: SetExpiry,
+        cond: SetCond,
+        get: bool,
+    },
+    IncrBy {
+        key: Bytes,
+        delta: i64,
+    },
+    /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms).
+    Expire {
+        key: Bytes,
+        ms: i64,
+        absolute: bool,
+        cond: ExpireCond,
+    },
+    Persist(Bytes),
+    Ttl {
+        key: Bytes,
+        ms: bool,
+    },
+    Type(Bytes),
+    Del(Vec<Bytes>),
+    Exists(Vec<Bytes>),
+    Throttle {
+        key: Bytes,
+        args: CellArgs,
+    },
+    /// One limit; `cost` 0 peeks.
+    Check {
+        key: Bytes,
+        rule: Rule,
+        cost: u64,
+        peek: bool,
+    },
+    /// Several limits consumed all-or-nothing; every key is owned by this shard.
+    CheckAll {
+        keys: Vec<Bytes>,
+        rules: Vec<Rule>,
+        cost: u64,
+        peek: bool,
+    },
+    /// Gives back what a `CheckAll` on this shard took, when a sibling shard refused.
+    Refund {
+        keys: Vec<Bytes>,
+        rules: Vec<Rule>,
+        cost: u64,
+    },
+    /// Takes up to `max` units at once, as many as are available now.
+    Lease {
+        key: Bytes,
+        rule: Rule,
+        max: u64,
+    },
+    DbSize,
+    FlushAll,
+    Keys(Bytes),
+}
+
+/// A limit decision as it goes on the wire:
+/// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
+pub type LimitReply = [i64; 5];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Ok,
+    Nil,
+    Int(i64),
+    Bulk(Bytes),
+    Simple(&'static str),
+    Error(Cow<'static, str>),
+    Limit(LimitReply),
+    /// A multi-limit check: the deciding limit, then one entry per limit in request order.
+    LimitAll(LimitReply, Vec<LimitReply>),
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn err(msg: &'static str) -> Reply {
+        Reply::Error(Cow::Borrowed(msg))
+    }
+
+    /// The integer inside an `Int` reply (for summing replies of a command split over shards).
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const OOM: &str = "OOM command not allowed when the key limit or maxmemory is reached";
+const NOT_INT: &str = "ERR value is not an integer or out of range";
+const OVERFLOW: &str = "ERR increment or decrement would overflow";
+
+fn ceil_ms(ns: u64) -> i64 {
+    i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(i64::MAX)
+}
+
+/// Turns a decision into its wire form, with times rounded up to whole milliseconds so a
+/// client that waits `retry_after` is never early.
+pub fn limit_reply(d: &Decision) -> LimitReply {
+    [
+        i64::from(d.allowed),
+        i64::try_from(d.limit).unwrap_or(i64::MAX),
+        i64::try_from(d.remaining).unwrap_or(i64::MAX),
+        match (d.allowed, d.retry_after_ns) {
+            (false, Some(ns)) => ceil_ms(ns),
+            _ => -1,
+        },
+        ceil_ms(d.reset_after_ns),
+    ]
+}
+
+/// Counters a shard reports.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ExecStats {
+    pub checks: u64,
+    pub denied: u64,
+}
+
+/// Applies one command to the store at time `now` (ns).
+pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) -> Reply {
+    match cmd {
+        KeyCmd::Get(key) => match store.get(&key, now).map(|e| &e.value) {
+            None => Reply::Nil,
+            Some(Value::Str(s)) => Reply::Bulk(Bytes::copy_from_slice(s)),
+            Some(Value::Int(v)) => Reply::Bulk(Bytes::from(v.to_string())),
+            Some(Value::Bucket(_)) => Reply::err(WRONGTYPE),
+        },
+        KeyCmd::Set {
+            key,
+            value,
+            expiry,
+            cond,
+            get,
+        } => set(store, &key, value, expiry, cond, get, now),
+        KeyCmd::IncrBy { key, delta } => incr_by(store, &key, delta, now),
+        KeyCmd::Expire {
+            key,
+            ms,
+            absolute,
+            cond,
+        } => expire(store, &key, ms, absolute, cond, now),
+        KeyCmd::Persist(key) => match store.slot(&key, now) {
+            Slot::Live(mut live) if live.get().expires_at != 0 => {
+                if matches!(live.get().value, Value::Bucket(_)) {
+                    // A bucket's expiry is when it is full again; it has no other meaning.
+                    return Reply::Int(0);
+                }
+                live.set_expiry(0);
+                Reply::Int(1)
+            }
+            _ => Reply::Int(0),
+        },
+        KeyCmd::Ttl { key, ms } => match store.get(&key, now) {
+            None => Reply::Int(-2),
+            Some(e) if e.expires_at == 0 => Reply::Int(-1),
+            Some(e) => {
+                let left = e.expires_at - now;
+                Reply::Int(if ms {
+                    ceil_ms(left)
+                } else {
+                    // Redis rounds TTL to the nearest second.
+                    i64::try_from((left + 500 * NS_PER_MS) / (1000 * NS_PER_MS)).unwrap_or(i64::MAX)
+                })
+            }
+        },
+        KeyCmd::Type(key) => Reply::Simple(match store.get(&key, now).map(|e| &e.value) {
+            None => "none",
+            Some(Value::Bucket(_)) => "bucket",
+            Some(_) => "string",
+        }),
+        KeyCmd::Del(keys) => {
+            Reply::Int(keys.iter().filter(|k| store.remove(k, now)).count() as i64)
+        }
+        KeyCmd::Exists(keys) => {
+            Reply::Int(keys.iter().filter(|k| store.get(k, now).is_some()).count() as i64)
+        }
+        KeyCmd::Throttle { key, args } => {
+            stats.checks += 1;
+            throttle(store, &key, &args, now, stats)
+        }
+        KeyCmd::Check {
+            key,
+            rule,
+            cost,
+            peek,
+        } => {
+            stats.checks += 1;
+            match check_one(store, &key, &rule, cost, peek, now) {
+                Ok(d) => {
+                    stats.denied += u64::from(!d.allowed);
+                    Reply::Limit(limit_reply(&d))
+                }
+                Err(e) => e,
+            }
+        }
+        KeyCmd::CheckAll {
+            keys,
+            rules,
+            cost,
+            peek,
+        } => {
+            stats.checks += 1;
+            let r = check_all(store, &keys, &rules, cost, peek, now);
+            if let Reply::LimitAll(summary, _) = &r {
+                stats.denied += u64::from(summary[0] == 0);
+            }
+            r
+        }
+        KeyCmd::Refund { keys, rules, cost } => {
+            for (key, rule) in keys.iter().zip(&rules) {
+                if let Slot::Live(mut live) = store.slot(key, now)
+                    && let Value::Bucket(state) = live.get().value
+                    && let Some(s) = limiter::refund(rule, state, cost, now)
+                {
+                    let exp = live.get().expires_at;
+                    live.set(Value::Bucket(s), exp);
+                }
+            }
+            Reply::Ok
+        }
+        KeyCmd::Lease { key, rule, max } => {
+            stats.checks += 1;
+            lease(store, &key, &rule, max, now)
+        }
+        KeyCmd::DbSize => Reply::Int(store.len() as i64),
+        KeyCmd::FlushAll => {
+            store.clear();
+            Reply::Ok
+        }
+        KeyCmd::Keys(pattern) => {
+            let mut out = Vec::new();
+            store.for_each_key(now, |k| {
+                if crate::glob::matches(&pattern, k) {
+                    out.push(Reply::Bulk(Bytes::copy_from_slice(k)));
+                }
+            });
+            Reply::Array(out)
+        }
+    }
+}
+
+fn set(
+    store: &mut Store,
+    key: &[u8],
+    value: Bytes,
+    expiry: SetExpiry,
+    cond: SetCond,
+    get: bool,
+    now: u64,
+) -> Reply {
+    let stored = match std::str::from_utf8(&value)
+        .ok()
+        .and_then(|s| crate::protocol::args::parse_i64(s.as_bytes()))
+    {
+        Some(v) => Value::Int(v),
+        None => Value::Str(value.to_vec().into_boxed_slice()),
+    };
+    let abs = |ms: u64| -> u64 { ms.saturating_mul(NS_PER_MS) };
+    let slot = store.slot(key, now);
+    let old = match &slot {
+        Slot::Live(l) => match &l.get().value {
+            Value::Str(s) => Reply::Bulk(Bytes::copy_from_slice(s)),
+            Value::Int(v) => Reply::Bulk(Bytes::from(v.to_string())),
+            Value::Bucket(_) if get => return Reply::err(WRONGTYPE),
+            Value::Bucket(_) => Reply::Nil,
+        },
+        Slot::Empty(_) => Reply::Nil,
+    };
+    let done = |applied: bool| -> Reply {
+        if get {
+            old.clone()
+        } else if applied {
+            Reply::Ok
+        } else {
+            Reply::Nil
+        }
+    };
+    match slot {
+        Slot::Live(mut live) => {
+            if cond == SetCond::IfAbsent {
+                return done(false);
+            }
+            let exp = match expiry {
+                SetExpiry::Clear => 0,
+                SetExpiry::KeepTtl => live.get().expires_at,
+                SetExpiry::In(ms) => now.saturating_add(abs(ms)),
+                SetExpiry::At(ms) => abs(ms).max(1),
+            };
+            live.set(stored, exp);
+            done(true)
+        }
+        Slot::Empty(empty) => {
+            if cond == SetCond::IfPresent {
+                return done(false);
+            }
+            let exp = match expiry {
+                SetExpiry::Clear | SetExpiry::KeepTtl => 0,
+                SetExpiry::In(ms) => now.saturating_add(abs(ms)),
+                SetExpiry::At(ms) => abs(ms).max(1),
+            };
+            match empty.insert(stored, exp) {
+                Ok(()) => done(true),
+                Err(StoreFull) => Reply::err(OOM),
+            }
+        }
+    }
+}
+
+fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Reply {
+    match store.slot(key, now) {
+        Slot::Live(mut live) => {
+            let cur = match &live.get().value {
+                Value::Int(v) => *v,
+                Value::Str(s) => match crate::protocol::args::parse_i64(s) {
+                    Some(v) => v,
+                    None => return Reply::err(NOT_INT),
+                },
+                Value::Bucket(_) => return Reply::err(WRONGTYPE),
+            };
+            let Some(next) = cur.checked_add(delta) else {
+                return Reply::err(OVERFLOW);
+            };
+            let exp = live.get().expires_at;
+            live.set(Value::Int(next), exp);
+            Reply::Int(next)
+        }
+        Slot::Empty(empty) => match empty.insert(Value::Int(delta), 0) {
+            Ok(()) => Reply::Int(delta),
+            Err(StoreFull) => Reply::err(OOM),
+        },
+    }
+}
+
+fn expire(
+    store: &mut Store,
+    key: &[u8],
+    ms: i64,
+    absolute: bool,
+    cond: ExpireCond,
+    now: u64,
+) -> Reply {
+    let Slot::Live(mut live) = store.slot(key, now) else {
+        return Reply::Int(0);
+    };
+    if matches!(live.get().value, Value::Bucket(_)) {
+        // A bucket expires when it has refilled; letting a client shorten that would refund
+        // tokens, so only DEL / BK.RESET clear a bucket early.
+        return Reply::Int(0);
+    }
+    let target: i128 = if absolute {
+        i128::from(ms) * i128::from(NS_PER_MS)
+    } else {
+        i128::from(now) + i128::from(ms) * i128::from(NS_PER_MS)
+    };
+    let current = live.get().expires_at;
+    let allowed = match cond {
+        ExpireCond::Always => true,
+        ExpireCond::Nx => current == 0,
+        ExpireCond::Xx => current != 0,
+        // A key without TTL counts as an infinite TTL for GT and LT.
+        ExpireCond::Gt => current != 0 && target > i128::from(current),
+        ExpireCond::Lt => current == 0 || target < i128::from(current),
+    };
+    if !allowed {
+        return Reply::Int(0);
+    }
+    if target <= i128::from(now) {
+        live.remove();
+    } else {
+        live.set_expiry(u64::try_from(target).unwrap_or(u64::MAX));
+    }
+    Reply::Int(1)
+}
+
+fn bucket_state(slot: &Slot<'_>) -> Result<Option<State>, Reply> {
+    match slot {
+        Slot::Live(l) => match l.get().value {
+            Value::Bucket(s) => Ok(Some(s)),
+            _ => Err(Reply::err(WRONGTYPE)),
+        },
+        Slot::Empty(_) => Ok(None),
+    }
+}
+
+/// Stores a new limiter state in `slot`. A full store refuses new keys with an error, and
+/// never drops a live bucket to make room.
+fn store_state(slot: Slot<'_>, state: State, expires_at: u64) -> Result<(), Reply> {
+    match slot {
+        Slot::Live(mut live) => {
+            live.set(Value::Bucket(state), expires_at);
+            Ok(())
+        }
+        Slot::Empty(empty) => empty
+            .insert(Value::Bucket(state), expires_at)
+            .map_err(|StoreFull| Reply::err(OOM)),
+    }
+}
+
+fn throttle(
+    store: &mut Store,
+    key: &[u8],
+    args: &CellArgs,
+    now: u64,
+    stats: &mut ExecStats,
+) -> Reply {
+    let slot = store.slot(key, now);
+    let tat = match bucket_state(&slot) {
+        Ok(Some(State::Gcra { tat })) => Some(tat),
+        Ok(_) => None,
+        Err(e) => return e,
+    };
+    let out = match cell::throttle(tat, args, now) {
+        Ok(out) => out,
+        Err(e) => return Reply::Error(Cow::Owned(format!("ERR {e}"))),
+    };
+    if let Some(new_tat) = out.new_tat
+        && new_tat > now
+        && let Err(e) = store_state(slot, State::Gcra { tat: new_tat }, new_tat)
+    {
+        return e;
+    }
+    stats.denied += u64::from(out.reply[0] == 1);
+    Reply::Limit(out.reply)
+}
+
+fn check_one(
+    store: &mut Store,
+    key: &[u8],
+    rule: &Rule,
+    cost: u64,
+    peek: bool,
+    now: u64,
+) -> Result<Decision, Reply> {
+    let slot = store.slot(key, now);
+    let state = bucket_state(&slot)?;
+    let out = limiter::check(rule, state, cost, now);
+    if out.decision.allowed
+        && !peek
+        && let Some(s) = out.new_state
+    {
+        store_state(slot, s, out.expires_at)?;
+    }
+    Ok(out.decision)
+}
+
+fn check_all(
+    store: &mut Store,
+    keys: &[Bytes],
+    rules: &[Rule],
+    cost: u64,
+    peek: bool,
+    now: u64,
+) -> Reply {
+    // Evaluate every limit first, commit only if all pass: within one shard nothing can
+    // interleave, so this is atomic.
+    let mut outcomes = Vec::with_capacity(keys.len());
+    for (key, rule) in keys.iter().zip(rules) {
+        let state = match store.get(key, now).map(|e| &e.value) {
+            None => None,
+            Some(Value::Bucket(s)) => Some(*s),
+            Some(_) => return Reply::err(WRONGTYPE),
+        };
+        outcomes.push((state, limiter::check(rule, state, cost, now)));
+    }
+    let allowed = outcomes.iter().all(|(_, o)| o.decision.allowed);
+    if allowed && !peek {
+        for (key, (_, out)) in keys.iter().zip(&outcomes) {
+            if let Some(s) = out.new_state
+                && let Err(e) = store_state(store.slot(key, now), s, out.expires_at)
+            {
+                return e;
+            }
+        }
+    }
+    let each: Vec<LimitReply> = outcomes
+        .iter()
+        .zip(rules)
+        .map(|((state, out), rule)| {
+            if allowed || !out.decision.allowed {
+                limit_reply(&out.decision)
+            } else {
+                // This limit would have passed but nothing was taken: report what it has now.
+                let mut r = limit_reply(&limiter::check(rule, *state, 0, now).decision);
+                r[0] = 1;
+                r
+            }
+        })
+        .collect();
+    Reply::LimitAll(summarize(&each, allowed), each)
+}
+
+/// Picks the limit that decides a multi-limit check: when allowed, the one with the least
+/// remaining; when denied, the refusing one with the longest wait (-1, never, longest of all).
+pub fn summarize(each: &[LimitReply], allowed: bool) -> LimitReply {
+    let pick = if allowed {
+        each.iter().min_by_key(|r| (r[2], -r[4]))
+    } else {
+        each.iter()
+            .filter(|r| r[0] == 0)
+            .max_by_key(|r| if r[3] < 0 { i64::MAX } else { r[3] })
+    };
+    let mut s = pick.copied().unwrap_or([i64::from(allowed), 0, 0, -1, 0]);
+    s[0] = i64::from(allowed);
+    if allowed {
+        s[3] = -1;
+    }
+    s
+}
+
+fn lease(store: &mut Store, key: &[u8], rule: &Rule, max: u64, now: u64) -> Reply {
+    let slot = store.slot(key, now);
+    let state = match bucket_state(&slot) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    let available = limiter::check(rule, state, 0, now).decision.remaining;
+    let take = available.min(max);
+    if take == 0 {
+        let d = limiter::check(rule, state, 1, now).decision;
+        let mut r = limit_reply(&d);
+        r[0] = 0;
+        return Reply::Limit(r);
+    }
+    let out = limiter::check(rule, state, take, now);
+    if let Some(s) = out.new_state
+        && let Err(e) = store_state(slot, s, out.expires_at)
+    {
+        return e;
+    }
+    let mut r = limit_reply(&out.decision);
+    r[0] = i64::try_from(take).unwrap_or(i64::MAX);
+    Reply::Limit(r)
+}

@@ -1,0 +1,259 @@
+//! Node settings: built-in defaults, overridden by a TOML file, overridden by flags.
+
+use clap::Parser;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Command-line flags. Every setting can also come from the `--config` file (same names, with
+/// `_` or `-`); a flag wins over the file.
+#[derive(Parser, Debug, Default, Clone)]
+#[command(
+    name = "bucketd",
+    version,
+    about = "A Redis-compatible rate-limit store"
+)]
+pub struct Flags {
+    /// Address to listen on.
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Port to listen on; 0 picks a free port (printed in the log).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Shard threads; default: one per core.
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// TOML configuration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// TOML file of named rules, reloaded when it changes.
+    #[arg(long)]
+    pub rules: Option<PathBuf>,
+    /// Password clients must give with AUTH or HELLO.
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// Most simultaneous client connections.
+    #[arg(long)]
+    pub maxclients: Option<usize>,
+    /// Most keys the node holds (0 = no cap).
+    #[arg(long)]
+    pub max_keys: Option<usize>,
+    /// Memory cap for keys, e.g. 512mb or 2gb (0 = no cap).
+    #[arg(long)]
+    pub maxmemory: Option<String>,
+    /// Largest bulk string a client may send, in bytes.
+    #[arg(long)]
+    pub proto_max_bulk_len: Option<usize>,
+    /// Most arguments in one command.
+    #[arg(long)]
+    pub max_args: Option<usize>,
+    /// Longest inline command, in bytes.
+    #[arg(long)]
+    pub max_inline_len: Option<usize>,
+    /// How often the rules file is checked for changes, in milliseconds (0 = never).
+    #[arg(long)]
+    pub rules_reload_ms: Option<u64>,
+    /// Log filter, e.g. info or bucketd=debug.
+    #[arg(long)]
+    pub log: Option<String>,
+}
+
+/// The config file's shape: the same settings as the flags.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileSettings {
+    #[serde(alias = "bind_addr")]
+    bind: Option<String>,
+    port: Option<u16>,
+    shards: Option<usize>,
+    rules: Option<PathBuf>,
+    requirepass: Option<String>,
+    maxclients: Option<usize>,
+    #[serde(alias = "max_keys")]
+    max_keys: Option<usize>,
+    maxmemory: Option<toml::Value>,
+    #[serde(alias = "proto_max_bulk_len")]
+    proto_max_bulk_len: Option<usize>,
+    #[serde(alias = "max_args")]
+    max_args: Option<usize>,
+    #[serde(alias = "max_inline_len")]
+    max_inline_len: Option<usize>,
+    #[serde(alias = "rules_reload_ms")]
+    rules_reload_ms: Option<u64>,
+    log: Option<String>,
+}
+
+/// Fully resolved settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub bind: String,
+    pub port: u16,
+    pub shards: usize,
+    pub rules: Option<PathBuf>,
+    pub requirepass: Option<String>,
+    pub maxclients: usize,
+    pub max_keys: usize,
+    pub maxmemory: usize,
+    pub proto_max_bulk_len: usize,
+    pub max_args: usize,
+    pub max_inline_len: usize,
+    pub rules_reload_ms: u64,
+    pub log: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            bind: "127.0.0.1".into(),
+            port: 6379,
+            shards: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            rules: None,
+            requirepass: None,
+            maxclients: 10_000,
+            max_keys: 0,
+            maxmemory: 0,
+            // Rate-limit keys and values are small; a smaller cap than Redis's 512 MiB keeps
+            // one client from making the node buffer huge requests.
+            proto_max_bulk_len: 8 * 1024 * 1024,
+            max_args: 64 * 1024,
+            max_inline_len: 64 * 1024,
+            rules_reload_ms: 1000,
+            log: "info".into(),
+        }
+    }
+}
+
+/// Parses sizes like `100`, `64kb`, `512mb`, `2gb` (powers of 1024, case-insensitive).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = [
+        ("kb", 1usize << 10),
+        ("mb", 1 << 20),
+        ("gb", 1 << 30),
+        ("k", 1 << 10),
+        ("m", 1 << 20),
+        ("g", 1 << 30),
+        ("b", 1),
+    ]
+    .iter()
+    .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n.trim().to_string(), *m)))
+    .unwrap_or((t.clone(), 1));
+    let n: usize = num.parse().map_err(|_| format!("invalid size '{s}'"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size too large '{s}'"))
+}
+
+impl Settings {
+    /// Defaults, then the file named by `--config` (if any), then the flags.
+    pub fn resolve(flags: &Flags) -> Result<Settings, String> {
+        let mut s = Settings::default();
+        if let Some(path) = &flags.config {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+            let f: FileSettings = toml::from_str(&text)
+                .map_err(|e| format!("invalid config {}: {e}", path.display()))?;
+            s.apply_file(f)?;
+        }
+        s.apply_flags(flags)?;
+        if s.shards == 0 {
+            return Err("shards must be at least 1".into());
+        }
+        if s.shards > 1024 {
+            return Err("shards must be at most 1024".into());
+        }
+        Ok(s)
+    }
+
+    fn apply_file(&mut self, f: FileSettings) -> Result<(), String> {
+        macro_rules! take {
+            ($($field:ident),*) => { $( if let Some(v) = f.$field { self.$field = v; } )* };
+        }
+        take!(
+            bind,
+            port,
+            shards,
+            maxclients,
+            max_keys,
+            proto_max_bulk_len,
+            max_args,
+            max_inline_len,
+            rules_reload_ms,
+            log
+        );
+        if f.rules.is_some() {
+            self.rules = f.rules;
+        }
+        if f.requirepass.is_some() {
+            self.requirepass = f.requirepass;
+        }
+        if let Some(m) = f.maxmemory {
+            self.maxmemory = match m {
+                toml::Value::Integer(i) => {
+                    usize::try_from(i).map_err(|_| "maxmemory must be >= 0".to_string())?
+                }
+                toml::Value::String(s) => parse_size(&s)?,
+                _ => return Err("maxmemory must be a number or a size like \"512mb\"".into()),
+            };
+        }
+        Ok(())
+    }
+
+    fn apply_flags(&mut self, f: &Flags) -> Result<(), String> {
+        macro_rules! take {
+            ($($field:ident),*) => { $( if let Some(v) = &f.$field { self.$field = v.clone(); } )* };
+        }
+        take!(
+            bind,
+            port,
+            shards,
+            maxclients,
+            max_keys,
+            proto_max_bulk_len,
+            max_args,
+            max_inline_len,
+            rules_reload_ms,
+            log
+        );
+        if f.rules.is_some() {
+            self.rules = f.rules.clone();
+        }
+        if f.requirepass.is_some() {
+            self.requirepass = f.requirepass.clone();
+        }
+        if let Some(m) = &f.maxmemory {
+            self.maxmemory = parse_size(m)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("64kb"), Ok(65536));
+        assert_eq!(parse_size("2GB"), Ok(2 << 30));
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let dir = std::env::temp_dir().join(format!("bucketd-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(&p, "port = 7000\nshards = 3\nmaxmemory = \"1mb\"\n").unwrap();
+        let flags = Flags {
+            config: Some(p.clone()),
+            port: Some(7001),
+            ..Flags::default()
+        };
+        let s = Settings::resolve(&flags).unwrap();
+        assert_eq!((s.port, s.shards, s.maxmemory), (7001, 3, 1 << 20));
+        std::fs::write(&p, "prot = 1\n").unwrap();
+        assert!(Settings::resolve(&flags).is_err());
+    }
+}

@@ -1,0 +1,133 @@
+//! A cursor over a request's arguments, used by every command parser.
+
+use bytes::Bytes;
+use std::fmt;
+
+/// Why a command's arguments were rejected; the text becomes the `-ERR` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// Too few or too many arguments for the named command.
+    WrongArity(String),
+    NotInteger,
+    Syntax,
+    /// Any other message, sent as given (it starts with its error code).
+    Msg(String),
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::WrongArity(cmd) => {
+                write!(f, "ERR wrong number of arguments for '{cmd}' command")
+            }
+            ArgError::NotInteger => f.write_str("ERR value is not an integer or out of range"),
+            ArgError::Syntax => f.write_str("ERR syntax error"),
+            ArgError::Msg(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Arguments after the command name. `name` is the lowercased command name, for errors.
+pub struct Args {
+    name: String,
+    items: std::vec::IntoIter<Bytes>,
+}
+
+/// Parses a signed 64-bit integer exactly as Redis does: no spaces, no '+', no leading zeros
+/// beyond a lone "0".
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    let s = std::str::from_utf8(b).ok()?;
+    if s.starts_with('+') || (s.len() > 1 && s.starts_with('0')) || s.starts_with("-0") {
+        return None;
+    }
+    s.parse::<i64>().ok()
+}
+
+impl Args {
+    pub fn new(name: String, rest: Vec<Bytes>) -> Args {
+        Args {
+            name,
+            items: rest.into_iter(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn arity_error(&self) -> ArgError {
+        ArgError::WrongArity(self.name.clone())
+    }
+
+    pub fn next_bytes(&mut self) -> Result<Bytes, ArgError> {
+        self.items
+            .next()
+            .ok_or_else(|| ArgError::WrongArity(self.name.clone()))
+    }
+
+    pub fn next_opt(&mut self) -> Option<Bytes> {
+        self.items.next()
+    }
+
+    /// The next argument as UTF-8 text.
+    pub fn next_string(&mut self) -> Result<String, ArgError> {
+        let b = self.next_bytes()?;
+        String::from_utf8(b.to_vec()).map_err(|_| ArgError::Syntax)
+    }
+
+    /// The next argument uppercased, for matching keywords.
+    pub fn next_keyword(&mut self) -> Result<String, ArgError> {
+        Ok(self.next_string()?.to_ascii_uppercase())
+    }
+
+    pub fn next_i64(&mut self) -> Result<i64, ArgError> {
+        let b = self.next_bytes()?;
+        parse_i64(&b).ok_or(ArgError::NotInteger)
+    }
+
+    /// A non-negative integer.
+    pub fn next_u64(&mut self) -> Result<u64, ArgError> {
+        let v = self.next_i64()?;
+        u64::try_from(v).map_err(|_| ArgError::NotInteger)
+    }
+
+    /// Everything left, in order.
+    pub fn rest(&mut self) -> Vec<Bytes> {
+        self.items.by_ref().collect()
+    }
+
+    /// Errors if arguments remain: trailing arguments are a mistake, not something to ignore.
+    pub fn finish(&self) -> Result<(), ArgError> {
+        if self.items.len() == 0 {
+            Ok(())
+        } else {
+            Err(ArgError::Syntax)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_like_redis() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        assert_eq!(parse_i64(b"01"), None);
+        assert_eq!(parse_i64(b"+1"), None);
+        assert_eq!(parse_i64(b" 1"), None);
+        assert_eq!(parse_i64(b"1.5"), None);
+        assert_eq!(parse_i64(b""), None);
+        assert_eq!(parse_i64(b"-0"), None);
+    }
+}

@@ -1,0 +1,192 @@
+//! Encodes replies straight into an output buffer, in RESP2 or RESP3.
+//!
+//! Replies are written as they are computed (no intermediate tree): a shard encodes a whole
+//! batch of replies into one buffer, and the connection writes it with one syscall.
+
+/// Appends RESP-encoded values to `buf`. `resp3` selects the protocol negotiated with `HELLO`.
+pub struct ReplyWriter<'a> {
+    pub buf: &'a mut Vec<u8>,
+    pub resp3: bool,
+}
+
+fn push_int(buf: &mut Vec<u8>, v: i64) {
+    let mut tmp = itoa_buf();
+    let s = format_i64(&mut tmp, v);
+    buf.extend_from_slice(s);
+}
+
+fn itoa_buf() -> [u8; 20] {
+    [0u8; 20]
+}
+
+/// Formats `v` in decimal into `tmp`, returning the used tail.
+fn format_i64(tmp: &mut [u8; 20], v: i64) -> &[u8] {
+    let neg = v < 0;
+    let mut n = v.unsigned_abs();
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if neg {
+        // 20 bytes hold u64::MAX's 20 digits; i64's magnitude has at most 19, so room for '-'.
+        i -= 1;
+        tmp[i] = b'-';
+    }
+    &tmp[i..]
+}
+
+impl<'a> ReplyWriter<'a> {
+    pub fn new(buf: &'a mut Vec<u8>, resp3: bool) -> Self {
+        ReplyWriter { buf, resp3 }
+    }
+
+    pub fn ok(&mut self) {
+        self.buf.extend_from_slice(b"+OK\r\n");
+    }
+
+    /// A simple string; `s` must not contain CR or LF.
+    pub fn simple(&mut self, s: &str) {
+        self.buf.push(b'+');
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    /// An error reply; `msg` starts with its code (`ERR ...`, `WRONGTYPE ...`). Line breaks in
+    /// the message are replaced so the reply stays one line.
+    pub fn error(&mut self, msg: &str) {
+        self.buf.push(b'-');
+        for &b in msg.as_bytes() {
+            self.buf
+                .push(if b == b'\r' || b == b'\n' { b' ' } else { b });
+        }
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    pub fn int(&mut self, v: i64) {
+        self.buf.push(b':');
+        push_int(self.buf, v);
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    pub fn bulk(&mut self, data: &[u8]) {
+        self.buf.push(b'$');
+        push_int(self.buf, data.len() as i64);
+        self.buf.extend_from_slice(b"\r\n");
+        self.buf.extend_from_slice(data);
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    /// A bulk string holding the decimal form of `v` (what GET returns for a counter).
+    pub fn bulk_int(&mut self, v: i64) {
+        let mut tmp = itoa_buf();
+        let s = format_i64(&mut tmp, v);
+        self.buf.push(b'$');
+        push_int(self.buf, s.len() as i64);
+        self.buf.extend_from_slice(b"\r\n");
+        self.buf.extend_from_slice(s);
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    /// The null reply: `$-1` in RESP2, `_` in RESP3.
+    pub fn null(&mut self) {
+        if self.resp3 {
+            self.buf.extend_from_slice(b"_\r\n");
+        } else {
+            self.buf.extend_from_slice(b"$-1\r\n");
+        }
+    }
+
+    /// The null array: `*-1` in RESP2, `_` in RESP3.
+    pub fn null_array(&mut self) {
+        if self.resp3 {
+            self.buf.extend_from_slice(b"_\r\n");
+        } else {
+            self.buf.extend_from_slice(b"*-1\r\n");
+        }
+    }
+
+    pub fn array(&mut self, len: usize) {
+        self.header(b'*', len);
+    }
+
+    /// A map of `len` pairs; RESP2 flattens it into an array of `2 * len` elements.
+    pub fn map(&mut self, len: usize) {
+        if self.resp3 {
+            self.header(b'%', len);
+        } else {
+            self.header(b'*', len * 2);
+        }
+    }
+
+    /// A set; RESP2 sends it as an array.
+    pub fn set(&mut self, len: usize) {
+        self.header(if self.resp3 { b'~' } else { b'*' }, len);
+    }
+
+    /// A verbatim text reply (INFO, CLUSTER NODES): `=` with `txt:` in RESP3, bulk in RESP2.
+    pub fn verbatim(&mut self, text: &str) {
+        if self.resp3 {
+            self.buf.push(b'=');
+            push_int(self.buf, text.len() as i64 + 4);
+            self.buf.extend_from_slice(b"\r\ntxt:");
+            self.buf.extend_from_slice(text.as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text.as_bytes());
+        }
+    }
+
+    fn header(&mut self, kind: u8, len: usize) {
+        self.buf.push(kind);
+        push_int(self.buf, len as i64);
+        self.buf.extend_from_slice(b"\r\n");
+    }
+
+    /// Writes a map entry whose key is a bulk string and whose value is an integer.
+    pub fn kv_int(&mut self, key: &str, v: i64) {
+        self.bulk(key.as_bytes());
+        self.int(v);
+    }
+
+    /// Writes a map entry whose key and value are bulk strings.
+    pub fn kv_str(&mut self, key: &str, v: &str) {
+        self.bulk(key.as_bytes());
+        self.bulk(v.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(resp3: bool, f: impl FnOnce(&mut ReplyWriter)) -> String {
+        let mut buf = Vec::new();
+        f(&mut ReplyWriter::new(&mut buf, resp3));
+        String::from_utf8(buf).unwrap()
+    }
+
+    #[test]
+    fn scalars() {
+        assert_eq!(enc(false, |w| w.int(-42)), ":-42\r\n");
+        assert_eq!(enc(false, |w| w.int(i64::MIN)), ":-9223372036854775808\r\n");
+        assert_eq!(enc(false, |w| w.int(0)), ":0\r\n");
+        assert_eq!(enc(false, |w| w.bulk(b"hi")), "$2\r\nhi\r\n");
+        assert_eq!(enc(false, |w| w.bulk_int(-7)), "$2\r\n-7\r\n");
+        assert_eq!(enc(false, |w| w.error("ERR a\r\nb")), "-ERR a  b\r\n");
+    }
+
+    #[test]
+    fn protocol_dependent_shapes() {
+        assert_eq!(enc(false, |w| w.null()), "$-1\r\n");
+        assert_eq!(enc(true, |w| w.null()), "_\r\n");
+        assert_eq!(enc(false, |w| w.map(2)), "*4\r\n");
+        assert_eq!(enc(true, |w| w.map(2)), "%2\r\n");
+        assert_eq!(enc(true, |w| w.verbatim("ab")), "=6\r\ntxt:ab\r\n");
+        assert_eq!(enc(false, |w| w.verbatim("ab")), "$2\r\nab\r\n");
+    }
+}

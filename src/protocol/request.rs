@@ -1,0 +1,367 @@
+//! Parses client requests: RESP arrays of bulk strings, and inline commands.
+//!
+//! A request is always a list of byte strings, so the parser produces `Vec<Bytes>` directly
+//! instead of a general frame tree: the arguments are zero-copy slices of the read buffer.
+//! An incomplete request is ordinary control flow (`Ok(None)`), not an error.
+
+use bytes::{Buf, Bytes, BytesMut};
+use std::fmt;
+
+/// What a client may make the node hold for one request.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestLimits {
+    /// Largest bulk string, in bytes.
+    pub max_bulk_len: usize,
+    /// Most arguments in one request.
+    pub max_args: usize,
+    /// Longest inline command line, in bytes.
+    pub max_inline_len: usize,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        RequestLimits {
+            max_bulk_len: 512 * 1024 * 1024,
+            max_args: 1024 * 1024,
+            max_inline_len: 64 * 1024,
+        }
+    }
+}
+
+/// A violation of the protocol: the connection gets this as an error reply and is then closed,
+/// because the stream can no longer be framed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Protocol error: {}", self.0)
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+fn perr<T>(msg: impl Into<String>) -> Result<T, ProtocolError> {
+    Err(ProtocolError(msg.into()))
+}
+
+/// Parses one request from the front of `buf`, consuming it. `Ok(None)` means more bytes are
+/// needed (nothing is consumed). An empty inline line is consumed and yields an empty vector.
+pub fn parse_request(
+    buf: &mut BytesMut,
+    limits: &RequestLimits,
+) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    if buf[0] == b'*' {
+        parse_multibulk(buf, limits)
+    } else {
+        parse_inline(buf, limits)
+    }
+}
+
+/// Finds `\r\n` starting at `from`; returns the index of `\r`.
+fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while i + 1 < buf.len() {
+        match memchr_cr(&buf[i..]) {
+            Some(off) => {
+                let at = i + off;
+                if at + 1 < buf.len() {
+                    if buf[at + 1] == b'\n' {
+                        return Some(at);
+                    }
+                    i = at + 1;
+                } else {
+                    return None;
+                }
+            }
+            None => return None,
+        }
+    }
+    None
+}
+
+fn memchr_cr(s: &[u8]) -> Option<usize> {
+    s.iter().position(|&b| b == b'\r')
+}
+
+/// Parses a decimal integer as Redis does for lengths: optional '-', digits only.
+fn parse_len(digits: &[u8]) -> Option<i64> {
+    let (neg, d) = match digits.first() {
+        Some(b'-') => (true, &digits[1..]),
+        _ => (false, digits),
+    };
+    if d.is_empty() || d.len() > 18 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in d {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(c - b'0');
+    }
+    Some(if neg { -v } else { v })
+}
+
+fn parse_multibulk(
+    buf: &mut BytesMut,
+    limits: &RequestLimits,
+) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    // First pass: check that the whole request is present without allocating, so a request
+    // that arrives in many small reads costs no repeated work beyond this scan.
+    let Some(end) = find_crlf(buf, 1) else {
+        if buf.len() > limits.max_inline_len {
+            return perr("too big mbulk count string");
+        }
+        return Ok(None);
+    };
+    let count = match parse_len(&buf[1..end]) {
+        Some(n) if n as u64 > limits.max_args as u64 => return perr("invalid multibulk length"),
+        Some(n) => n,
+        None => return perr("invalid multibulk length"),
+    };
+    if count <= 0 {
+        buf.advance(end + 2);
+        return Ok(Some(Vec::new()));
+    }
+    let count = count as usize;
+    let mut pos = end + 2;
+    let mut spans = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        if pos >= buf.len() {
+            return Ok(None);
+        }
+        if buf[pos] != b'$' {
+            return perr(format!("expected '$', got '{}'", char::from(buf[pos])));
+        }
+        let Some(line_end) = find_crlf(buf, pos + 1) else {
+            if buf.len() - pos > 32 {
+                return perr("invalid bulk length");
+            }
+            return Ok(None);
+        };
+        let len = match parse_len(&buf[pos + 1..line_end]) {
+            Some(n) if n >= 0 && (n as u64) <= limits.max_bulk_len as u64 => n as usize,
+            _ => return perr("invalid bulk length"),
+        };
+        let start = line_end + 2;
+        let stop = start + len;
+        if buf.len() < stop + 2 {
+            return Ok(None);
+        }
+        if &buf[stop..stop + 2] != b"\r\n" {
+            return perr("bulk string not terminated by CRLF");
+        }
+        spans.push((start, stop));
+        pos = stop + 2;
+    }
+    let frame = buf.split_to(pos).freeze();
+    Ok(Some(
+        spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect(),
+    ))
+}
+
+fn parse_inline(
+    buf: &mut BytesMut,
+    limits: &RequestLimits,
+) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+        if buf.len() > limits.max_inline_len {
+            return perr("too big inline request");
+        }
+        return Ok(None);
+    };
+    if nl > limits.max_inline_len {
+        return perr("too big inline request");
+    }
+    let line = buf.split_to(nl + 1).freeze();
+    let mut end = nl;
+    if end > 0 && line[end - 1] == b'\r' {
+        end -= 1;
+    }
+    split_inline(&line[..end])
+        .map(|parts| Some(parts.into_iter().map(Bytes::from).collect()))
+        .ok_or_else(|| ProtocolError("unbalanced quotes in request".into()))
+}
+
+/// Splits an inline command line into arguments the way redis-cli users expect: whitespace
+/// separates, and double or single quotes group (double quotes honour `\n`, `\t`, `\\`, `\"`
+/// and `\xHH` escapes).
+fn split_inline(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let n = line.len();
+    loop {
+        while i < n && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= n {
+            return Some(out);
+        }
+        let mut cur = Vec::new();
+        let mut in_dq = false;
+        let mut in_sq = false;
+        loop {
+            if i >= n {
+                if in_dq || in_sq {
+                    return None;
+                }
+                break;
+            }
+            let c = line[i];
+            if in_dq {
+                if c == b'\\' && i + 1 < n {
+                    let e = line[i + 1];
+                    if e == b'x'
+                        && i + 3 < n
+                        && line[i + 2].is_ascii_hexdigit()
+                        && line[i + 3].is_ascii_hexdigit()
+                    {
+                        let hex = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
+                        cur.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
+                        i += 4;
+                        continue;
+                    }
+                    cur.push(match e {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                    i += 2;
+                    continue;
+                }
+                if c == b'"' {
+                    // A closing quote must be followed by a space or the end.
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                }
+                cur.push(c);
+                i += 1;
+            } else if in_sq {
+                if c == b'\\' && i + 1 < n && line[i + 1] == b'\'' {
+                    cur.push(b'\'');
+                    i += 2;
+                    continue;
+                }
+                if c == b'\'' {
+                    if i + 1 < n && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                }
+                cur.push(c);
+                i += 1;
+            } else {
+                match c {
+                    b'"' if cur.is_empty() => in_dq = true,
+                    b'\'' if cur.is_empty() => in_sq = true,
+                    c if c.is_ascii_whitespace() => break,
+                    c => cur.push(c),
+                }
+                i += 1;
+            }
+        }
+        out.push(cur);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(input: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(req) = parse_request(&mut buf, &RequestLimits::default())? {
+            out.push(req.into_iter().map(|b| b.to_vec()).collect());
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn multibulk_and_pipelining() {
+        let got = parse_all(b"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n").unwrap();
+        assert_eq!(
+            got,
+            vec![vec![b"PING".to_vec()], vec![b"GET".to_vec(), b"k".to_vec()]]
+        );
+    }
+
+    #[test]
+    fn incomplete_consumes_nothing_at_every_split() {
+        let full = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n";
+        for cut in 0..full.len() {
+            let mut buf = BytesMut::from(&full[..cut]);
+            assert_eq!(parse_request(&mut buf, &RequestLimits::default()), Ok(None));
+            assert_eq!(buf.len(), cut);
+        }
+        let got = parse_all(full).unwrap();
+        assert_eq!(got[0][2], b"hello");
+    }
+
+    #[test]
+    fn binary_safe_bulk() {
+        let got = parse_all(b"*1\r\n$4\r\na\r\nb\r\n").unwrap();
+        assert_eq!(got[0][0], b"a\r\nb");
+    }
+
+    #[test]
+    fn inline_commands() {
+        let got = parse_all(b"PING\r\nset k \"a b\\n\" 'c d'\n\r\n").unwrap();
+        assert_eq!(got[0], vec![b"PING".to_vec()]);
+        assert_eq!(
+            got[1],
+            vec![
+                b"set".to_vec(),
+                b"k".to_vec(),
+                b"a b\n".to_vec(),
+                b"c d".to_vec()
+            ]
+        );
+        assert!(got[2].is_empty());
+    }
+
+    #[test]
+    fn protocol_errors() {
+        assert!(parse_all(b"*x\r\n").is_err());
+        assert!(parse_all(b"*1\r\n+foo\r\n").is_err());
+        assert!(parse_all(b"*1\r\n$-5\r\n").is_err());
+        assert!(parse_all(b"*1\r\n$3\r\nabcd\r\n").is_err());
+        assert!(parse_all(b"set k \"unterminated\r\n").is_err());
+        assert!(parse_all(b"*99999999999999999999\r\n").is_err());
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let limits = RequestLimits {
+            max_bulk_len: 4,
+            max_args: 2,
+            max_inline_len: 8,
+        };
+        let mut b = BytesMut::from(&b"*3\r\n"[..]);
+        assert!(parse_request(&mut b, &limits).is_err());
+        let mut b = BytesMut::from(&b"*1\r\n$5\r\n"[..]);
+        assert!(parse_request(&mut b, &limits).is_err());
+        let mut b = BytesMut::from(&b"aaaaaaaaaaaaaaaaaaa"[..]);
+        assert!(parse_request(&mut b, &limits).is_err());
+        let mut b = BytesMut::from(&b"*1\r\n$4\r\nabcd\r\n"[..]);
+        assert!(parse_request(&mut b, &limits).unwrap().is_some());
+    }
+
+    #[test]
+    fn empty_array_is_skipped() {
+        let got = parse_all(b"*0\r\n*-1\r\n").unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.iter().all(|r| r.is_empty()));
+    }
+}

@@ -1,0 +1,210 @@
+//! Named limit rules: loaded from a TOML file, changed at run time, hot-reloaded.
+//!
+//! Connections read the current set through an `ArcSwap`, so resolving a rule on the hot path
+//! takes no lock; a change publishes a whole new set.
+//!
+//! File format:
+//! ```toml
+//! [rules]
+//! api = "100/1m"
+//! login = "sliding:5/1m"
+//! burst = "gcra:10/1s:50"
+//! ```
+
+use crate::limiter::{Rule, parse_spec};
+use ahash::AHashMap;
+use arc_swap::ArcSwap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// One immutable set of rules.
+#[derive(Debug, Default, Clone)]
+pub struct RuleSet {
+    rules: AHashMap<String, Rule>,
+}
+
+impl RuleSet {
+    pub fn get(&self, name: &str) -> Option<&Rule> {
+        self.rules.get(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Rules sorted by name.
+    pub fn sorted(&self) -> Vec<(&str, &Rule)> {
+        let mut v: Vec<_> = self.rules.iter().map(|(k, r)| (k.as_str(), r)).collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        v
+    }
+
+    /// Parses a rules file's text. Every rule must be valid, or the whole file is rejected.
+    pub fn parse_toml(text: &str) -> Result<RuleSet, String> {
+        let doc: toml::Table = text.parse().map_err(|e| format!("invalid TOML: {e}"))?;
+        let mut rules = AHashMap::new();
+        let Some(section) = doc.get("rules") else {
+            return Ok(RuleSet { rules });
+        };
+        let table = section
+            .as_table()
+            .ok_or_else(|| "'rules' must be a table".to_string())?;
+        for (name, v) in table {
+            validate_name(name)?;
+            let spec = v
+                .as_str()
+                .ok_or_else(|| format!("rule '{name}': expected a string like \"100/1m\""))?;
+            let rule = parse_spec(spec).map_err(|e| format!("rule '{name}': {e}"))?;
+            rules.insert(name.clone(), rule);
+        }
+        Ok(RuleSet { rules })
+    }
+}
+
+/// A rule name must not look like an inline spec (no '/') and must be printable.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 128
+        || name.contains('/')
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "invalid rule name '{name}': 1-128 printable characters, no spaces or '/'"
+        ));
+    }
+    Ok(())
+}
+
+/// The live rules of a node, and the file they come from.
+pub struct RuleStore {
+    current: ArcSwap<RuleSet>,
+    file: Option<PathBuf>,
+    /// Serialises writers (admin commands and the reloader); readers never take it.
+    write: Mutex<FileStamp>,
+}
+
+#[derive(Default, Clone, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    let md = std::fs::metadata(path).ok()?;
+    Some(FileStamp {
+        modified: md.modified().ok(),
+        len: md.len(),
+    })
+}
+
+impl RuleStore {
+    /// Loads the file if one is given; a bad file at startup is an error.
+    pub fn open(file: Option<PathBuf>) -> Result<RuleStore, String> {
+        let (set, st) = match &file {
+            Some(p) => {
+                let st = stamp(p).unwrap_or_default();
+                (load_file(p)?, st)
+            }
+            None => (RuleSet::default(), FileStamp::default()),
+        };
+        Ok(RuleStore {
+            current: ArcSwap::from_pointee(set),
+            file,
+            write: Mutex::new(st),
+        })
+    }
+
+    pub fn load(&self) -> arc_swap::Guard<Arc<RuleSet>> {
+        self.current.load()
+    }
+
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    fn modify(&self, f: impl FnOnce(&mut RuleSet)) {
+        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = RuleSet::clone(&self.current.load());
+        f(&mut next);
+        self.current.store(Arc::new(next));
+    }
+
+    pub fn set(&self, name: &str, rule: Rule) -> Result<(), String> {
+        validate_name(name)?;
+        self.modify(|s| {
+            s.rules.insert(name.to_string(), rule);
+        });
+        Ok(())
+    }
+
+    pub fn remove(&self, name: &str) -> bool {
+        let mut removed = false;
+        self.modify(|s| removed = s.rules.remove(name).is_some());
+        removed
+    }
+
+    /// Re-reads the rules file. On error the old rules stay in force and the error is returned.
+    pub fn reload(&self) -> Result<usize, String> {
+        let Some(path) = &self.file else {
+            return Err("no rules file configured".into());
+        };
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let st = stamp(path).unwrap_or_default();
+        let set = load_file(path)?;
+        let n = set.len();
+        self.current.store(Arc::new(set));
+        *w = st;
+        Ok(n)
+    }
+
+    /// Reloads if the file changed since it was last read; `Ok(None)` if it did not.
+    pub fn reload_if_changed(&self) -> Result<Option<usize>, String> {
+        let Some(path) = &self.file else {
+            return Ok(None);
+        };
+        let st = stamp(path).unwrap_or_default();
+        {
+            let w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+            if *w == st {
+                return Ok(None);
+            }
+        }
+        match self.reload() {
+            Ok(n) => Ok(Some(n)),
+            Err(e) => {
+                // Remember the bad version so it is reported once, not every poll.
+                let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+                *w = st;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn load_file(path: &Path) -> Result<RuleSet, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read rules file {}: {e}", path.display()))?;
+    RuleSet::parse_toml(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects_whole_files() {
+        let ok =
+            RuleSet::parse_toml("[rules]\napi = \"100/1m\"\nlogin = \"sliding:5/1m\"\n").unwrap();
+        assert_eq!(ok.len(), 2);
+        assert_eq!(ok.get("api").map(|r| r.limit), Some(100));
+        assert!(RuleSet::parse_toml("[rules]\napi = \"100/1m\"\nbad = \"x/y\"\n").is_err());
+        assert!(RuleSet::parse_toml("[rules]\n\"a/b\" = \"1/1s\"\n").is_err());
+        assert!(RuleSet::parse_toml("[rules\n").is_err());
+        assert!(RuleSet::parse_toml("").unwrap().is_empty());
+    }
+}

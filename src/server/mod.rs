@@ -1,0 +1,685 @@
+//! The node: accepts connections, and runs each client's requests through the shards.
+//!
+//! A connection task is the coordinator for its client: it parses every request one read
+//! delivered, sends each shard one batch with its share, awaits the replies and writes them
+//! all back, in request order, with one write. Commands that change how later replies are
+//! encoded (HELLO), that gate later commands (AUTH), or that span shards act as barriers:
+//! the batch so far is flushed first, so order is kept.
+
+mod info;
+mod node_cmds;
+
+use crate::clock::Clock;
+use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
+use crate::cmd::{self, MultiCmd, Parsed, table};
+use crate::config::Settings;
+use crate::protocol::{Args, ReplyWriter, RequestLimits, parse_request};
+use crate::rules::RuleStore;
+use crate::shard::{self, ShardConfig, ShardGone, ShardHandle};
+use crate::slot::key_slot;
+use bytes::{Bytes, BytesMut};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Most requests handled per round before replies are written (the rest wait in the buffer).
+const MAX_BATCH: usize = 1024;
+/// Version reported to clients that gate features on the Redis version.
+pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Node-wide counters.
+#[derive(Default)]
+pub struct NodeStats {
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub commands: AtomicU64,
+    pub protocol_errors: AtomicU64,
+    pub checks_per_sec: AtomicU64,
+    pub commands_per_sec: AtomicU64,
+}
+
+/// What CLIENT LIST and CLIENT INFO show about one connection.
+pub struct ClientInfo {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub laddr: SocketAddr,
+    pub created: Instant,
+    pub meta: Mutex<ClientMeta>,
+    /// Milliseconds since the node started, at the last request.
+    pub last_active_ms: AtomicU64,
+}
+
+#[derive(Default, Clone)]
+pub struct ClientMeta {
+    pub name: String,
+    pub lib_name: String,
+    pub lib_ver: String,
+    pub resp: u8,
+}
+
+/// Everything connections share.
+pub struct Node {
+    pub settings: Settings,
+    pub shards: Vec<ShardHandle>,
+    pub rules: RuleStore,
+    pub clock: Arc<dyn Clock>,
+    pub clients: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
+    pub stats: NodeStats,
+    pub started: Instant,
+    pub addr: SocketAddr,
+    next_client_id: AtomicU64,
+    connected: AtomicUsize,
+    limits: RequestLimits,
+}
+
+impl Node {
+    pub fn connected_clients(&self) -> usize {
+        self.connected.load(Ordering::Relaxed)
+    }
+
+    fn shard_of(&self, key: &[u8]) -> usize {
+        usize::from(key_slot(key)) % self.shards.len()
+    }
+
+    fn uptime_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A running node; dropping it does not stop it, `shutdown` does.
+pub struct NodeHandle {
+    pub addr: SocketAddr,
+    pub node: Arc<Node>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl NodeHandle {
+    /// Stops accepting, closes every connection, stops the shards and waits for them.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        for s in &self.node.shards {
+            s.stop();
+        }
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+/// Binds the listener and starts the node on the current tokio runtime.
+pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHandle, String> {
+    let rules = RuleStore::open(settings.rules.clone())?;
+    let listener = TcpListener::bind((settings.bind.as_str(), settings.port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", settings.bind, settings.port))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let (shards, threads) = shard::spawn(
+        settings.shards,
+        clock.clone(),
+        &ShardConfig {
+            max_keys: settings.max_keys,
+            max_bytes: settings.maxmemory,
+        },
+    )
+    .map_err(|e| format!("cannot start shard threads: {e}"))?;
+    let limits = RequestLimits {
+        max_bulk_len: settings.proto_max_bulk_len,
+        max_args: settings.max_args,
+        max_inline_len: settings.max_inline_len,
+    };
+    let node = Arc::new(Node {
+        settings,
+        shards,
+        rules,
+        clock,
+        clients: Mutex::new(BTreeMap::new()),
+        stats: NodeStats::default(),
+        started: Instant::now(),
+        addr,
+        next_client_id: AtomicU64::new(1),
+        connected: AtomicUsize::new(0),
+        limits,
+    });
+    let (tx, rx) = watch::channel(false);
+    let mut tasks = vec![tokio::spawn(accept_loop(
+        node.clone(),
+        listener,
+        rx.clone(),
+    ))];
+    tasks.push(tokio::spawn(sample_rates(node.clone(), rx.clone())));
+    if node.rules.file().is_some() && node.settings.rules_reload_ms > 0 {
+        tasks.push(tokio::spawn(watch_rules(node.clone(), rx)));
+    }
+    tracing::info!(%addr, shards = node.shards.len(), "bucketd listening");
+    Ok(NodeHandle {
+        addr,
+        node,
+        shutdown: tx,
+        tasks,
+        threads,
+    })
+}
+
+async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            res = listener.accept() => match res {
+                Ok((stream, peer)) => {
+                    node.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                    if node.connected.load(Ordering::Relaxed) >= node.settings.maxclients {
+                        node.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                        let mut s = stream;
+                        conns.spawn(async move {
+                            let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
+                        });
+                        continue;
+                    }
+                    node.connected.fetch_add(1, Ordering::Relaxed);
+                    let _ = stream.set_nodelay(true);
+                    let n = node.clone();
+                    let rx = shutdown.clone();
+                    conns.spawn(async move {
+                        let info = register(&n, &stream, peer);
+                        let mut conn = Conn::new(n.clone(), info.clone());
+                        if let Err(e) = conn.serve(stream, rx).await {
+                            tracing::debug!(client = info.id, "connection closed: {e}");
+                        }
+                        unregister(&n, info.id);
+                        n.connected.fetch_sub(1, Ordering::Relaxed);
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+fn register(node: &Node, stream: &TcpStream, peer: SocketAddr) -> Arc<ClientInfo> {
+    let id = node.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let info = Arc::new(ClientInfo {
+        id,
+        addr: peer,
+        laddr: stream.local_addr().unwrap_or(node.addr),
+        created: Instant::now(),
+        meta: Mutex::new(ClientMeta {
+            resp: 2,
+            ..ClientMeta::default()
+        }),
+        last_active_ms: AtomicU64::new(node.uptime_ms()),
+    });
+    lock(&node.clients).insert(id, info.clone());
+    info
+}
+
+fn unregister(node: &Node, id: u64) {
+    lock(&node.clients).remove(&id);
+}
+
+/// Locks a mutex that is never held across a panic-prone section; a poisoned one is still
+/// usable because every writer leaves it consistent.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+async fn sample_rates(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let total = |node: &Node| -> (u64, u64) {
+        node.shards.iter().fold((0, 0), |(c, k), s| {
+            (
+                c + s.stats.checks.load(Ordering::Relaxed),
+                k + s.stats.commands.load(Ordering::Relaxed),
+            )
+        })
+    };
+    let mut last = total(&node);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let now = total(&node);
+                node.stats.checks_per_sec.store(now.0 - last.0.min(now.0), Ordering::Relaxed);
+                node.stats.commands_per_sec.store(now.1 - last.1.min(now.1), Ordering::Relaxed);
+                last = now;
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+async fn watch_rules(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(node.settings.rules_reload_ms));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => match node.rules.reload_if_changed() {
+                Ok(Some(n)) => tracing::info!(rules = n, "rules file reloaded"),
+                Ok(None) => {}
+                Err(e) => tracing::error!("rules file rejected, keeping the previous rules: {e}"),
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
+/// Where one request's reply comes from, in request order.
+enum Part {
+    /// Already encoded, in `Round::local[start..end]`.
+    Local(usize, usize),
+    /// The next reply from this shard's batch.
+    Shard(usize),
+}
+
+/// The requests of one round, split by shard.
+struct Round {
+    per_shard: Vec<Vec<KeyCmd>>,
+    order: Vec<Part>,
+    local: Vec<u8>,
+}
+
+/// One client connection.
+struct Conn {
+    node: Arc<Node>,
+    info: Arc<ClientInfo>,
+    resp3: bool,
+    authed: bool,
+    quit: bool,
+    round: Round,
+}
+
+impl Conn {
+    fn new(node: Arc<Node>, info: Arc<ClientInfo>) -> Conn {
+        let n = node.shards.len();
+        Conn {
+            authed: node.settings.requirepass.is_none(),
+            node,
+            info,
+            resp3: false,
+            quit: false,
+            round: Round {
+                per_shard: (0..n).map(|_| Vec::new()).collect(),
+                order: Vec::new(),
+                local: Vec::new(),
+            },
+        }
+    }
+
+    async fn serve(
+        &mut self,
+        mut stream: TcpStream,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let mut rbuf = BytesMut::with_capacity(16 * 1024);
+        let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
+        let limits = self.node.limits;
+        loop {
+            // Answer everything already buffered before reading more: a client cannot make
+            // the node hold more than one round of replies.
+            let mut reqs = Vec::new();
+            let mut proto_err = None;
+            while reqs.len() < MAX_BATCH {
+                match parse_request(&mut rbuf, &limits) {
+                    Ok(Some(r)) if r.is_empty() => {}
+                    Ok(Some(r)) => reqs.push(r),
+                    Ok(None) => break,
+                    Err(e) => {
+                        proto_err = Some(e);
+                        break;
+                    }
+                }
+            }
+            if !reqs.is_empty() {
+                self.info
+                    .last_active_ms
+                    .store(self.node.uptime_ms(), Ordering::Relaxed);
+                self.node
+                    .stats
+                    .commands
+                    .fetch_add(reqs.len() as u64, Ordering::Relaxed);
+                if self.run_round(reqs, &mut out).await.is_err() {
+                    let mut w = ReplyWriter::new(&mut out, self.resp3);
+                    w.error("ERR server is shutting down");
+                    self.quit = true;
+                }
+            }
+            if let Some(e) = &proto_err {
+                self.node
+                    .stats
+                    .protocol_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                ReplyWriter::new(&mut out, self.resp3).error(&format!("ERR {e}"));
+                self.quit = true;
+            }
+            if !out.is_empty() {
+                stream.write_all(&out).await?;
+                out.clear();
+                if out.capacity() > 1 << 20 {
+                    out.shrink_to(64 * 1024);
+                }
+            }
+            if self.quit {
+                let _ = stream.shutdown().await;
+                return Ok(());
+            }
+            if rbuf.len() > 0 && reqs_left(&rbuf) {
+                continue;
+            }
+            if rbuf.capacity() - rbuf.len() < 4096 {
+                rbuf.reserve(16 * 1024);
+            }
+            tokio::select! {
+                n = stream.read_buf(&mut rbuf) => {
+                    if n? == 0 {
+                        return Ok(());
+                    }
+                }
+                _ = shutdown.changed() => return Ok(()),
+            }
+        }
+    }
+
+    /// Handles one round of requests, appending every reply to `out` in order.
+    async fn run_round(
+        &mut self,
+        reqs: Vec<Vec<Bytes>>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ShardGone> {
+        let rules = self.node.rules.load();
+        for req in reqs {
+            if self.quit {
+                break;
+            }
+            if !self.authed && !is_no_auth(&req[0]) {
+                self.local_error("NOAUTH Authentication required.");
+                continue;
+            }
+            match cmd::parse(req, &rules) {
+                Err(e) => self.local_error(&e.message()),
+                Ok(Parsed::Keyed { route, cmd }) => {
+                    let s = self.node.shard_of(&route);
+                    self.round.per_shard[s].push(cmd);
+                    self.round.order.push(Part::Shard(s));
+                }
+                Ok(Parsed::Multi(m)) => {
+                    let first = self.node.shard_of(&m.keys()[0]);
+                    if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
+                        let cmd = match m {
+                            MultiCmd::Del(k) => KeyCmd::Del(k),
+                            MultiCmd::Exists(k) => KeyCmd::Exists(k),
+                            MultiCmd::CheckAll {
+                                keys,
+                                rules,
+                                cost,
+                                peek,
+                            } => KeyCmd::CheckAll {
+                                keys,
+                                rules,
+                                cost,
+                                peek,
+                            },
+                        };
+                        self.round.per_shard[first].push(cmd);
+                        self.round.order.push(Part::Shard(first));
+                    } else {
+                        self.flush(out).await?;
+                        let reply = self.cross_shard(m).await?;
+                        encode(&mut ReplyWriter::new(out, self.resp3), &reply);
+                    }
+                }
+                Ok(Parsed::Node(spec, args)) => {
+                    if is_barrier(spec.name) {
+                        self.flush(out).await?;
+                        let mut buf = std::mem::take(&mut self.round.local);
+                        self.node_command(spec, args, &mut buf).await?;
+                        out.extend_from_slice(&buf);
+                        buf.clear();
+                        self.round.local = buf;
+                    } else {
+                        let start = self.round.local.len();
+                        let mut buf = std::mem::take(&mut self.round.local);
+                        self.node_command(spec, args, &mut buf).await?;
+                        self.round.local = buf;
+                        self.round
+                            .order
+                            .push(Part::Local(start, self.round.local.len()));
+                    }
+                }
+            }
+        }
+        self.flush(out).await
+    }
+
+    fn local_error(&mut self, msg: &str) {
+        let start = self.round.local.len();
+        ReplyWriter::new(&mut self.round.local, self.resp3).error(msg);
+        self.round
+            .order
+            .push(Part::Local(start, self.round.local.len()));
+    }
+
+    /// Sends every shard its share of the round, waits, and writes all replies in order.
+    async fn flush(&mut self, out: &mut Vec<u8>) -> Result<(), ShardGone> {
+        if self.round.order.is_empty() {
+            return Ok(());
+        }
+        let mut waits = Vec::new();
+        for (s, cmds) in self.round.per_shard.iter_mut().enumerate() {
+            if !cmds.is_empty() {
+                let batch = std::mem::take(cmds);
+                waits.push((s, self.node.shards[s].submit(batch).await?));
+            }
+        }
+        let mut replies: Vec<std::vec::IntoIter<Reply>> = (0..self.round.per_shard.len())
+            .map(|_| Vec::new().into_iter())
+            .collect();
+        for (s, rx) in waits {
+            replies[s] = rx.await.map_err(|_| ShardGone)?.into_iter();
+        }
+        let mut w = ReplyWriter::new(out, self.resp3);
+        for part in self.round.order.drain(..) {
+            match part {
+                Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
+                Part::Shard(s) => match replies[s].next() {
+                    Some(r) => encode(&mut w, &r),
+                    None => w.error("ERR internal error: missing reply"),
+                },
+            }
+        }
+        self.round.local.clear();
+        Ok(())
+    }
+
+    /// A multi-key command whose keys live on several shards.
+    async fn cross_shard(&mut self, m: MultiCmd) -> Result<Reply, ShardGone> {
+        let n = self.node.shards.len();
+        match m {
+            MultiCmd::Del(keys) => self.sum_per_shard(keys, KeyCmd::Del).await,
+            MultiCmd::Exists(keys) => self.sum_per_shard(keys, KeyCmd::Exists).await,
+            MultiCmd::CheckAll {
+                keys,
+                rules,
+                cost,
+                peek,
+            } => {
+                // Each shard checks its limits atomically; if any shard refuses, the shards
+                // that consumed give it back. A concurrent check may briefly see those units
+                // taken (it can be refused, never over-admitted).
+                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
+                for (i, k) in keys.iter().enumerate() {
+                    groups[self.node.shard_of(k)].push(i);
+                }
+                let mut waits = Vec::new();
+                for (s, idx) in groups.iter().enumerate() {
+                    if idx.is_empty() {
+                        continue;
+                    }
+                    let cmd = KeyCmd::CheckAll {
+                        keys: idx.iter().map(|&i| keys[i].clone()).collect(),
+                        rules: idx.iter().map(|&i| rules[i]).collect(),
+                        cost,
+                        peek,
+                    };
+                    waits.push((s, self.node.shards[s].submit(vec![cmd]).await?));
+                }
+                let mut each: Vec<LimitReply> = vec![[0; 5]; keys.len()];
+                let mut shard_ok = vec![false; n];
+                for (s, rx) in waits {
+                    let reply = rx.await.map_err(|_| ShardGone)?.into_iter().next();
+                    match reply {
+                        Some(Reply::LimitAll(summary, per)) => {
+                            shard_ok[s] = summary[0] == 1;
+                            for (j, &i) in groups[s].iter().enumerate() {
+                                if let Some(r) = per.get(j) {
+                                    each[i] = *r;
+                                }
+                            }
+                        }
+                        Some(other) => return Ok(other),
+                        None => return Ok(Reply::err("ERR internal error: missing reply")),
+                    }
+                }
+                let allowed = shard_ok
+                    .iter()
+                    .enumerate()
+                    .all(|(s, &ok)| ok || groups[s].is_empty());
+                if !allowed && !peek {
+                    for (s, idx) in groups.iter().enumerate() {
+                        if shard_ok[s] && !idx.is_empty() {
+                            let cmd = KeyCmd::Refund {
+                                keys: idx.iter().map(|&i| keys[i].clone()).collect(),
+                                rules: idx.iter().map(|&i| rules[i]).collect(),
+                                cost,
+                            };
+                            self.node.shards[s].call(vec![cmd]).await?;
+                            for &i in idx {
+                                let limit = each[i][1];
+                                each[i][2] = (each[i][2] + i64::try_from(cost).unwrap_or(i64::MAX))
+                                    .min(limit);
+                            }
+                        }
+                    }
+                }
+                Ok(Reply::LimitAll(summarize(&each, allowed), each))
+            }
+        }
+    }
+
+    async fn sum_per_shard(
+        &mut self,
+        keys: Vec<Bytes>,
+        make: fn(Vec<Bytes>) -> KeyCmd,
+    ) -> Result<Reply, ShardGone> {
+        let mut groups: Vec<Vec<Bytes>> = vec![Vec::new(); self.node.shards.len()];
+        for k in keys {
+            groups[self.node.shard_of(&k)].push(k);
+        }
+        let mut total = 0;
+        for (s, g) in groups.into_iter().enumerate() {
+            if !g.is_empty() {
+                let r = self.node.shards[s].call(vec![make(g)]).await?;
+                total += r.first().and_then(Reply::as_int).unwrap_or(0);
+            }
+        }
+        Ok(Reply::Int(total))
+    }
+
+    /// Runs a command on every shard and returns the replies.
+    async fn all_shards(&self, make: impl Fn() -> KeyCmd) -> Result<Vec<Reply>, ShardGone> {
+        let mut waits = Vec::new();
+        for s in &self.node.shards {
+            waits.push(s.submit(vec![make()]).await?);
+        }
+        let mut out = Vec::new();
+        for w in waits {
+            out.extend(w.await.map_err(|_| ShardGone)?);
+        }
+        Ok(out)
+    }
+
+    async fn node_command(
+        &mut self,
+        spec: &'static table::CommandSpec,
+        args: Args,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), ShardGone> {
+        node_cmds::run(self, spec, args, buf).await
+    }
+}
+
+fn reqs_left(buf: &BytesMut) -> bool {
+    // Only loop back without reading if a complete request might be waiting; the parser
+    // decides, this just avoids a pointless pass over an obviously partial buffer.
+    buf.contains(&b'\n')
+}
+
+fn is_no_auth(name: &[u8]) -> bool {
+    ["auth", "hello", "quit", "reset"]
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Commands that must see every earlier reply written before they run.
+fn is_barrier(name: &str) -> bool {
+    matches!(
+        name,
+        "hello" | "auth" | "quit" | "reset" | "dbsize" | "flushall" | "flushdb" | "keys" | "select"
+    )
+}
+
+/// Encodes a shard's reply.
+pub fn encode(w: &mut ReplyWriter, r: &Reply) {
+    match r {
+        Reply::Ok => w.ok(),
+        Reply::Nil => w.null(),
+        Reply::Int(v) => w.int(*v),
+        Reply::Bulk(b) => w.bulk(b),
+        Reply::Simple(s) => w.simple(s),
+        Reply::Error(e) => w.error(e),
+        Reply::Limit(l) => write_limit(w, l),
+        Reply::LimitAll(summary, each) => {
+            w.array(6);
+            for v in summary {
+                w.int(*v);
+            }
+            w.array(each.len());
+            for l in each {
+                write_limit(w, l);
+            }
+        }
+        Reply::Array(items) => {
+            w.array(items.len());
+            for i in items {
+                encode(w, i);
+            }
+        }
+    }
+}
+
+fn write_limit(w: &mut ReplyWriter, l: &LimitReply) {
+    w.array(5);
+    for v in l {
+        w.int(*v);
+    }
+}
