@@ -264,10 +264,12 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
             for (key, rule) in keys.iter().zip(&rules) {
                 if let Slot::Live(mut live) = store.slot(key, now)
                     && let Value::Bucket(state) = live.get().value
-                    && let Some(s) = limiter::refund(rule, state, cost, now)
                 {
-                    let exp = live.get().expires_at;
-                    live.set(Value::Bucket(s), exp);
+                    match limiter::refund(rule, state, cost, now) {
+                        Some(s) => live.set(Value::Bucket(s), limiter::expires_at(rule, &s)),
+                        // Back to full: a full bucket is no bucket.
+                        None => live.remove(),
+                    }
                 }
             }
             Reply::Ok
