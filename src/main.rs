@@ -19,10 +19,10 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
 
-    // Connection I/O gets its own threads; the shard threads are separate (one per shard).
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.shards.clamp(1, 64))
-        .thread_name("bucketd-io")
+    // This runtime only accepts connections and runs housekeeping; clients are served on the
+    // shard threads' own event loops.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .thread_name("bucketd-main")
         .enable_all()
         .build()
     {

@@ -1,31 +1,37 @@
-//! Shard threads: each owns a disjoint part of the keyspace and applies batches of commands
-//! to it, one batch at a time, so every command is atomic without a lock.
+//! Shard threads: one single-threaded event loop per core, each owning a disjoint part of the
+//! keyspace and the client connections placed on it.
 //!
-//! Work arrives over a bounded crossbeam channel, one message per connection read carrying
-//! every command of that read bound for this shard; the replies go back over a oneshot.
+//! A command whose key the connection's own shard owns runs inline, with no hand-off at all.
+//! A command for another shard travels there in a batch (one message per shard per round)
+//! over a bounded crossbeam channel; a `Notify` wakes the target's event loop, which drains
+//! the channel and answers each batch over a oneshot. Only the owning thread ever touches a
+//! `Store`, so every command is atomic without a lock.
 
 use crate::clock::Clock;
 use crate::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
 use crate::store::Store;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
-use tokio::sync::oneshot;
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
 
 /// Messages queued per shard before senders have to wait.
 const QUEUE_DEPTH: usize = 4096;
-/// How often an idle shard wakes up to expire keys.
-const TICK: Duration = Duration::from_millis(10);
-/// Parts of the table swept per tick (of `Store::parts()`), and the time budget for them.
+/// How often a shard expires keys, and how many of the store's parts it sweeps each time.
+pub const SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 const SWEEP_PARTS_PER_TICK: usize = 4;
 
 pub enum ShardMsg {
+    /// Commands from a connection on another shard.
     Batch {
         cmds: Vec<KeyCmd>,
         reply: oneshot::Sender<Vec<Reply>>,
     },
+    /// A new client connection to serve on this shard.
+    Accept(std::net::TcpStream),
     Stop,
 }
 
@@ -39,14 +45,15 @@ pub struct ShardStats {
     pub denied: AtomicU64,
     pub expired: AtomicU64,
     pub rejected_full: AtomicU64,
-    pub batches: AtomicU64,
+    pub remote_batches: AtomicU64,
 }
 
-/// The sending side of a shard, cloned into every connection.
+/// The sending side of a shard, shared by every thread.
 #[derive(Clone)]
 pub struct ShardHandle {
     pub id: usize,
     tx: Sender<ShardMsg>,
+    wake: Arc<Notify>,
     pub stats: Arc<ShardStats>,
 }
 
@@ -55,19 +62,18 @@ pub struct ShardHandle {
 pub struct ShardGone;
 
 impl ShardHandle {
-    /// Queues one batch; the receiver yields its replies, one per command, in order. A full
-    /// queue makes the caller wait (yielding to other tasks) rather than grow without bound.
-    pub async fn submit(
-        &self,
-        cmds: Vec<KeyCmd>,
-    ) -> Result<oneshot::Receiver<Vec<Reply>>, ShardGone> {
-        let (tx, rx) = oneshot::channel();
-        let mut msg = ShardMsg::Batch { cmds, reply: tx };
+    /// Queues a message and wakes the shard. A full queue makes the caller wait (yielding to
+    /// other tasks) rather than grow without bound.
+    pub async fn send(&self, mut msg: ShardMsg) -> Result<(), ShardGone> {
         loop {
             match self.tx.try_send(msg) {
-                Ok(()) => return Ok(rx),
+                Ok(()) => {
+                    self.wake.notify_one();
+                    return Ok(());
+                }
                 Err(TrySendError::Full(back)) => {
                     msg = back;
+                    self.wake.notify_one();
                     tokio::task::yield_now().await;
                 }
                 Err(TrySendError::Disconnected(_)) => return Err(ShardGone),
@@ -75,113 +81,142 @@ impl ShardHandle {
         }
     }
 
+    /// Queues one batch; the receiver yields its replies, one per command, in order.
+    pub async fn submit(
+        &self,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<oneshot::Receiver<Vec<Reply>>, ShardGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(ShardMsg::Batch { cmds, reply: tx }).await?;
+        Ok(rx)
+    }
+
     /// Sends one batch and waits for its replies.
     pub async fn call(&self, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ShardGone> {
         self.submit(cmds).await?.await.map_err(|_| ShardGone)
     }
 
+    /// Asks the shard to stop; works from any thread, without a runtime.
     pub fn stop(&self) {
-        let _ = self.tx.send(ShardMsg::Stop);
-    }
-}
-
-/// Settings every shard shares.
-#[derive(Clone)]
-pub struct ShardConfig {
-    pub max_keys: usize,
-    pub max_bytes: usize,
-}
-
-/// Starts `n` shard threads. The caps are split evenly between them.
-pub fn spawn(
-    n: usize,
-    clock: Arc<dyn Clock>,
-    cfg: &ShardConfig,
-) -> std::io::Result<(Vec<ShardHandle>, Vec<JoinHandle<()>>)> {
-    let mut handles = Vec::with_capacity(n);
-    let mut threads = Vec::with_capacity(n);
-    let per = |total: usize| {
-        if total == 0 {
-            0
-        } else {
-            total.div_ceil(n).max(1)
+        // Stop must get through even when the queue is full of work.
+        let mut msg = ShardMsg::Stop;
+        for _ in 0..1000 {
+            match self.tx.try_send(msg) {
+                Ok(()) | Err(TrySendError::Disconnected(_)) => break,
+                Err(TrySendError::Full(back)) => {
+                    msg = back;
+                    self.wake.notify_one();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
         }
-    };
-    for id in 0..n {
-        let (tx, rx) = bounded(QUEUE_DEPTH);
-        let stats = Arc::new(ShardStats::default());
-        let store = Store::new(per(cfg.max_keys), per(cfg.max_bytes));
-        let worker = Worker {
-            rx,
-            store,
-            clock: clock.clone(),
-            stats: stats.clone(),
-            last_now: 0,
-        };
-        let t = std::thread::Builder::new()
-            .name(format!("shard-{id}"))
-            .spawn(move || worker.run())?;
-        handles.push(ShardHandle { id, tx, stats });
-        threads.push(t);
+        self.wake.notify_one();
     }
-    Ok((handles, threads))
 }
 
-struct Worker {
+/// The receiving side of a shard, moved into its thread.
+pub struct ShardInbox {
     rx: Receiver<ShardMsg>,
-    store: Store,
-    clock: Arc<dyn Clock>,
-    stats: Arc<ShardStats>,
-    last_now: u64,
+    wake: Arc<Notify>,
 }
 
-impl Worker {
+/// Creates the channel pair of one shard.
+pub fn channel(id: usize) -> (ShardHandle, ShardInbox) {
+    let (tx, rx) = bounded(QUEUE_DEPTH);
+    let wake = Arc::new(Notify::new());
+    (
+        ShardHandle {
+            id,
+            tx,
+            wake: wake.clone(),
+            stats: Arc::new(ShardStats::default()),
+        },
+        ShardInbox { rx, wake },
+    )
+}
+
+impl ShardInbox {
+    /// The next message; waits on the event loop (not the thread) when the queue is empty.
+    pub async fn recv(&self) -> Option<ShardMsg> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(m) => return Some(m),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => self.wake.notified().await,
+            }
+        }
+    }
+}
+
+/// What one shard thread owns: its keys and its view of time.
+pub struct ShardCore {
+    pub id: usize,
+    pub store: Store,
+    clock: Arc<dyn Clock>,
+    last_now: u64,
+    stats: Arc<ShardStats>,
+}
+
+/// Shared within one shard thread only (tasks of one single-threaded event loop).
+pub type CoreRef = Rc<RefCell<ShardCore>>;
+
+impl ShardCore {
+    pub fn new(
+        id: usize,
+        store: Store,
+        clock: Arc<dyn Clock>,
+        stats: Arc<ShardStats>,
+    ) -> ShardCore {
+        ShardCore {
+            id,
+            store,
+            clock,
+            last_now: 0,
+            stats,
+        }
+    }
+
     /// The shard's notion of now: the injected clock, never running backward.
-    fn now(&mut self) -> u64 {
+    pub fn now(&mut self) -> u64 {
         let n = self.clock.now_ns().max(self.last_now);
         self.last_now = n;
         n
     }
 
-    fn run(mut self) {
-        let mut next_sweep = Instant::now() + TICK;
-        loop {
-            let timeout = next_sweep.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(timeout) {
-                Ok(ShardMsg::Batch { cmds, reply }) => {
-                    let replies = self.apply(cmds);
-                    // The connection may have gone away; its replies are then dropped.
-                    let _ = reply.send(replies);
-                }
-                Ok(ShardMsg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {}
-            }
-            if Instant::now() >= next_sweep {
-                let now = self.now();
-                self.store.sweep(now, SWEEP_PARTS_PER_TICK);
-                self.publish();
-                next_sweep = Instant::now() + TICK;
-            }
+    /// Applies commands at one instant, calling `each` with every reply in order.
+    pub fn apply(&mut self, cmds: impl IntoIterator<Item = KeyCmd>, mut each: impl FnMut(Reply)) {
+        let now = self.now();
+        let mut st = ExecStats::default();
+        let mut n = 0u64;
+        for c in cmds {
+            n += 1;
+            each(keyed::execute(&mut self.store, c, now, &mut st));
+        }
+        let s = &self.stats;
+        s.commands.fetch_add(n, Ordering::Relaxed);
+        if st.checks > 0 {
+            s.checks.fetch_add(st.checks, Ordering::Relaxed);
+            s.denied.fetch_add(st.denied, Ordering::Relaxed);
         }
     }
 
-    fn apply(&mut self, cmds: Vec<KeyCmd>) -> Vec<Reply> {
-        let now = self.now();
-        let mut st = ExecStats::default();
-        let n = cmds.len() as u64;
-        let replies: Vec<Reply> = cmds
-            .into_iter()
-            .map(|c| keyed::execute(&mut self.store, c, now, &mut st))
-            .collect();
-        let s = &self.stats;
-        s.commands.fetch_add(n, Ordering::Relaxed);
-        s.checks.fetch_add(st.checks, Ordering::Relaxed);
-        s.denied.fetch_add(st.denied, Ordering::Relaxed);
-        s.batches.fetch_add(1, Ordering::Relaxed);
-        replies
+    /// Applies a batch from another shard.
+    pub fn apply_batch(&mut self, cmds: Vec<KeyCmd>) -> Vec<Reply> {
+        self.stats.remote_batches.fetch_add(1, Ordering::Relaxed);
+        self.apply_batch_local(cmds)
     }
 
-    fn publish(&self) {
+    /// Applies a batch from a connection on this shard.
+    pub fn apply_batch_local(&mut self, cmds: Vec<KeyCmd>) -> Vec<Reply> {
+        let mut out = Vec::with_capacity(cmds.len());
+        self.apply(cmds, |r| out.push(r));
+        out
+    }
+
+    /// One step of active expiry, then publishes the figures INFO shows.
+    pub fn sweep(&mut self) {
+        let now = self.now();
+        self.store.sweep(now, SWEEP_PARTS_PER_TICK);
         let u = &self.store.usage;
         let s = &self.stats;
         s.keys.store(u.keys as u64, Ordering::Relaxed);

@@ -1,10 +1,11 @@
-//! The node: accepts connections, and runs each client's requests through the shards.
+//! The node: accepts connections and serves them on the shard threads.
 //!
-//! A connection task is the coordinator for its client: it parses every request one read
-//! delivered, sends each shard one batch with its share, awaits the replies and writes them
-//! all back, in request order, with one write. Commands that change how later replies are
-//! encoded (HELLO), that gate later commands (AUTH), or that span shards act as barriers:
-//! the batch so far is flushed first, so order is kept.
+//! Each accepted connection is placed on one shard's event loop, round-robin. Its task is the
+//! coordinator for its client: it parses every request one read delivered, runs the commands
+//! its own shard owns inline, sends every other shard one batch with its share, and writes
+//! all replies back, in request order, with one write. Commands that change how later replies
+//! are encoded (HELLO), that gate later commands (AUTH), or that span shards act as barriers:
+//! the round so far is flushed first, so order is kept.
 
 mod info;
 mod node_cmds;
@@ -15,17 +16,20 @@ use crate::cmd::{self, MultiCmd, Parsed, table};
 use crate::config::Settings;
 use crate::protocol::{Args, ReplyWriter, RequestLimits, parse_request};
 use crate::rules::RuleStore;
-use crate::shard::{self, ShardConfig, ShardGone, ShardHandle};
+use crate::shard::{self, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg};
 use crate::slot::key_slot;
+use crate::store::Store;
 use bytes::{Bytes, BytesMut};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 /// Most requests handled per round before replies are written (the rest wait in the buffer).
@@ -50,6 +54,7 @@ pub struct ClientInfo {
     pub id: u64,
     pub addr: SocketAddr,
     pub laddr: SocketAddr,
+    pub shard: usize,
     pub created: Instant,
     pub meta: Mutex<ClientMeta>,
     /// Milliseconds since the node started, at the last request.
@@ -64,7 +69,7 @@ pub struct ClientMeta {
     pub resp: u8,
 }
 
-/// Everything connections share.
+/// Everything the shard threads share.
 pub struct Node {
     pub settings: Settings,
     pub shards: Vec<ShardHandle>,
@@ -77,6 +82,7 @@ pub struct Node {
     next_client_id: AtomicU64,
     connected: AtomicUsize,
     limits: RequestLimits,
+    shutdown: watch::Receiver<bool>,
 }
 
 impl Node {
@@ -122,30 +128,34 @@ impl NodeHandle {
     }
 }
 
-/// Binds the listener and starts the node on the current tokio runtime.
+/// Binds the listener, starts the shard threads, and runs the acceptor and the background
+/// tasks on the current tokio runtime.
 pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHandle, String> {
     let rules = RuleStore::open(settings.rules.clone())?;
     let listener = TcpListener::bind((settings.bind.as_str(), settings.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", settings.bind, settings.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let (shards, threads) = shard::spawn(
-        settings.shards,
-        clock.clone(),
-        &ShardConfig {
-            max_keys: settings.max_keys,
-            max_bytes: settings.maxmemory,
-        },
-    )
-    .map_err(|e| format!("cannot start shard threads: {e}"))?;
+    let n = settings.shards.max(1);
+    let (handles, inboxes): (Vec<ShardHandle>, Vec<ShardInbox>) =
+        (0..n).map(shard::channel).unzip();
     let limits = RequestLimits {
         max_bulk_len: settings.proto_max_bulk_len,
         max_args: settings.max_args,
         max_inline_len: settings.max_inline_len,
     };
+    let (tx, rx) = watch::channel(false);
+    let per = |total: usize| {
+        if total == 0 {
+            0
+        } else {
+            total.div_ceil(n).max(1)
+        }
+    };
+    let (max_keys, max_bytes) = (per(settings.max_keys), per(settings.maxmemory));
     let node = Arc::new(Node {
         settings,
-        shards,
+        shards: handles,
         rules,
         clock,
         clients: Mutex::new(BTreeMap::new()),
@@ -155,8 +165,17 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         next_client_id: AtomicU64::new(1),
         connected: AtomicUsize::new(0),
         limits,
+        shutdown: rx.clone(),
     });
-    let (tx, rx) = watch::channel(false);
+    let mut threads = Vec::with_capacity(n);
+    for (id, inbox) in inboxes.into_iter().enumerate() {
+        let node = node.clone();
+        let t = std::thread::Builder::new()
+            .name(format!("shard-{id}"))
+            .spawn(move || shard_thread(node, id, inbox, Store::new(max_keys, max_bytes)))
+            .map_err(|e| format!("cannot start shard thread: {e}"))?;
+        threads.push(t);
+    }
     let mut tasks = vec![tokio::spawn(accept_loop(
         node.clone(),
         listener,
@@ -166,7 +185,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     if node.rules.file().is_some() && node.settings.rules_reload_ms > 0 {
         tasks.push(tokio::spawn(watch_rules(node.clone(), rx)));
     }
-    tracing::info!(%addr, shards = node.shards.len(), "bucketd listening");
+    tracing::info!(%addr, shards = n, "bucketd listening on {addr}");
     Ok(NodeHandle {
         addr,
         node,
@@ -176,34 +195,105 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     })
 }
 
+/// One shard: a single-threaded event loop that owns its keys and the connections on it.
+fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(shard = id, "cannot start the shard's event loop: {e}");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let stats = node.shards[id].stats.clone();
+        let core: CoreRef = Rc::new(RefCell::new(ShardCore::new(
+            id,
+            store,
+            node.clock.clone(),
+            stats,
+        )));
+        let mut shutdown = node.shutdown.clone();
+        let sweeper = {
+            let core = core.clone();
+            let mut shutdown = shutdown.clone();
+            tokio::task::spawn_local(async move {
+                let mut tick = tokio::time::interval(shard::SWEEP_INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => core.borrow_mut().sweep(),
+                        _ = shutdown.changed() => break,
+                    }
+                }
+            })
+        };
+        let mut conns = tokio::task::JoinSet::new();
+        while let Some(msg) = inbox.recv().await {
+            match msg {
+                ShardMsg::Batch { cmds, reply } => {
+                    let replies = core.borrow_mut().apply_batch(cmds);
+                    // The asking connection may have gone; its replies are then dropped.
+                    let _ = reply.send(replies);
+                }
+                ShardMsg::Accept(std_stream) => match TcpStream::from_std(std_stream) {
+                    Ok(stream) => {
+                        let node = node.clone();
+                        let core = core.clone();
+                        let shutdown = shutdown.clone();
+                        conns.spawn_local(serve_connection(node, core, stream, shutdown));
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot adopt connection: {e}");
+                        node.connected.fetch_sub(1, Ordering::Relaxed);
+                    }
+                },
+                ShardMsg::Stop => break,
+            }
+            while conns.try_join_next().is_some() {}
+        }
+        let _ = shutdown.changed().await.ok();
+        // Connections saw the shutdown signal; give them a moment to say goodbye.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
+        sweeper.abort();
+    });
+}
+
 async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
-    let mut conns = tokio::task::JoinSet::new();
+    let mut next = 0usize;
     loop {
         tokio::select! {
             res = listener.accept() => match res {
-                Ok((stream, peer)) => {
+                Ok((stream, _peer)) => {
                     node.stats.connections_received.fetch_add(1, Ordering::Relaxed);
                     if node.connected.load(Ordering::Relaxed) >= node.settings.maxclients {
                         node.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                        let mut s = stream;
-                        conns.spawn(async move {
+                        tokio::spawn(async move {
+                            let mut s = stream;
                             let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
                         });
                         continue;
                     }
-                    node.connected.fetch_add(1, Ordering::Relaxed);
                     let _ = stream.set_nodelay(true);
-                    let n = node.clone();
-                    let rx = shutdown.clone();
-                    conns.spawn(async move {
-                        let info = register(&n, &stream, peer);
-                        let mut conn = Conn::new(n.clone(), info.clone());
-                        if let Err(e) = conn.serve(stream, rx).await {
-                            tracing::debug!(client = info.id, "connection closed: {e}");
+                    let std_stream = match stream.into_std() {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::warn!("cannot hand over connection: {e}");
+                            continue;
                         }
-                        unregister(&n, info.id);
-                        n.connected.fetch_sub(1, Ordering::Relaxed);
-                    });
+                    };
+                    node.connected.fetch_add(1, Ordering::Relaxed);
+                    let shard = &node.shards[next % node.shards.len()];
+                    next = next.wrapping_add(1);
+                    if shard.send(ShardMsg::Accept(std_stream)).await.is_err() {
+                        node.connected.fetch_sub(1, Ordering::Relaxed);
+                    }
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -211,20 +301,35 @@ async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: watch
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = shutdown.changed() => break,
         }
     }
-    drop(listener);
-    while conns.join_next().await.is_some() {}
 }
 
-fn register(node: &Node, stream: &TcpStream, peer: SocketAddr) -> Arc<ClientInfo> {
+async fn serve_connection(
+    node: Arc<Node>,
+    core: CoreRef,
+    stream: TcpStream,
+    shutdown: watch::Receiver<bool>,
+) {
+    let peer = stream.peer_addr().unwrap_or(node.addr);
+    let shard = core.borrow().id;
+    let info = register(&node, &stream, peer, shard);
+    let mut conn = Conn::new(node.clone(), core, info.clone());
+    if let Err(e) = conn.serve(stream, shutdown).await {
+        tracing::debug!(client = info.id, "connection closed: {e}");
+    }
+    lock(&node.clients).remove(&info.id);
+    node.connected.fetch_sub(1, Ordering::Relaxed);
+}
+
+fn register(node: &Node, stream: &TcpStream, peer: SocketAddr, shard: usize) -> Arc<ClientInfo> {
     let id = node.next_client_id.fetch_add(1, Ordering::Relaxed);
     let info = Arc::new(ClientInfo {
         id,
         addr: peer,
         laddr: stream.local_addr().unwrap_or(node.addr),
+        shard,
         created: Instant::now(),
         meta: Mutex::new(ClientMeta {
             resp: 2,
@@ -234,10 +339,6 @@ fn register(node: &Node, stream: &TcpStream, peer: SocketAddr) -> Arc<ClientInfo
     });
     lock(&node.clients).insert(id, info.clone());
     info
-}
-
-fn unregister(node: &Node, id: u64) {
-    lock(&node.clients).remove(&id);
 }
 
 /// Locks a mutex that is never held across a panic-prone section; a poisoned one is still
@@ -261,8 +362,8 @@ async fn sample_rates(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
         tokio::select! {
             _ = tick.tick() => {
                 let now = total(&node);
-                node.stats.checks_per_sec.store(now.0 - last.0.min(now.0), Ordering::Relaxed);
-                node.stats.commands_per_sec.store(now.1 - last.1.min(now.1), Ordering::Relaxed);
+                node.stats.checks_per_sec.store(now.0.saturating_sub(last.0), Ordering::Relaxed);
+                node.stats.commands_per_sec.store(now.1.saturating_sub(last.1), Ordering::Relaxed);
                 last = now;
             }
             _ = shutdown.changed() => break,
@@ -299,9 +400,26 @@ struct Round {
     local: Vec<u8>,
 }
 
+/// A batch in flight: answered inline (own shard) or awaited from another shard.
+enum Pending {
+    Ready(Vec<Reply>),
+    Wait(oneshot::Receiver<Vec<Reply>>),
+}
+
+impl Pending {
+    async fn replies(self) -> Result<Vec<Reply>, ShardGone> {
+        match self {
+            Pending::Ready(r) => Ok(r),
+            Pending::Wait(rx) => rx.await.map_err(|_| ShardGone),
+        }
+    }
+}
+
 /// One client connection.
 struct Conn {
     node: Arc<Node>,
+    core: CoreRef,
+    my_shard: usize,
     info: Arc<ClientInfo>,
     resp3: bool,
     authed: bool,
@@ -310,11 +428,14 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(node: Arc<Node>, info: Arc<ClientInfo>) -> Conn {
+    fn new(node: Arc<Node>, core: CoreRef, info: Arc<ClientInfo>) -> Conn {
         let n = node.shards.len();
+        let my_shard = core.borrow().id;
         Conn {
             authed: node.settings.requirepass.is_none(),
             node,
+            core,
+            my_shard,
             info,
             resp3: false,
             quit: false,
@@ -350,6 +471,7 @@ impl Conn {
                     }
                 }
             }
+            let more_buffered = reqs.len() == MAX_BATCH;
             if !reqs.is_empty() {
                 self.info
                     .last_active_ms
@@ -359,8 +481,7 @@ impl Conn {
                     .commands
                     .fetch_add(reqs.len() as u64, Ordering::Relaxed);
                 if self.run_round(reqs, &mut out).await.is_err() {
-                    let mut w = ReplyWriter::new(&mut out, self.resp3);
-                    w.error("ERR server is shutting down");
+                    ReplyWriter::new(&mut out, self.resp3).error("ERR server is shutting down");
                     self.quit = true;
                 }
             }
@@ -383,7 +504,7 @@ impl Conn {
                 let _ = stream.shutdown().await;
                 return Ok(());
             }
-            if rbuf.len() > 0 && reqs_left(&rbuf) {
+            if more_buffered {
                 continue;
             }
             if rbuf.capacity() - rbuf.len() < 4096 {
@@ -452,18 +573,20 @@ impl Conn {
                     if is_barrier(spec.name) {
                         self.flush(out).await?;
                         let mut buf = std::mem::take(&mut self.round.local);
-                        self.node_command(spec, args, &mut buf).await?;
+                        let res = self.node_command(spec, args, &mut buf).await;
                         out.extend_from_slice(&buf);
                         buf.clear();
                         self.round.local = buf;
+                        res?;
                     } else {
                         let start = self.round.local.len();
                         let mut buf = std::mem::take(&mut self.round.local);
-                        self.node_command(spec, args, &mut buf).await?;
+                        let res = self.node_command(spec, args, &mut buf).await;
                         self.round.local = buf;
                         self.round
                             .order
                             .push(Part::Local(start, self.round.local.len()));
+                        res?;
                     }
                 }
             }
@@ -479,23 +602,41 @@ impl Conn {
             .push(Part::Local(start, self.round.local.len()));
     }
 
-    /// Sends every shard its share of the round, waits, and writes all replies in order.
+    /// Sends a batch to shard `s`: run inline when it is this connection's own shard.
+    async fn dispatch(&self, s: usize, cmds: Vec<KeyCmd>) -> Result<Pending, ShardGone> {
+        if s == self.my_shard {
+            Ok(Pending::Ready(
+                self.core.borrow_mut().apply_batch_local(cmds),
+            ))
+        } else {
+            Ok(Pending::Wait(self.node.shards[s].submit(cmds).await?))
+        }
+    }
+
+    /// Runs every shard's share of the round, and writes all replies in order.
     async fn flush(&mut self, out: &mut Vec<u8>) -> Result<(), ShardGone> {
         if self.round.order.is_empty() {
             return Ok(());
         }
-        let mut waits = Vec::new();
-        for (s, cmds) in self.round.per_shard.iter_mut().enumerate() {
-            if !cmds.is_empty() {
-                let batch = std::mem::take(cmds);
-                waits.push((s, self.node.shards[s].submit(batch).await?));
+        let n = self.round.per_shard.len();
+        // Send the other shards their batches first, so they work while this one does.
+        let mut waits: Vec<Option<oneshot::Receiver<Vec<Reply>>>> = (0..n).map(|_| None).collect();
+        for s in 0..n {
+            if s != self.my_shard && !self.round.per_shard[s].is_empty() {
+                let batch = std::mem::take(&mut self.round.per_shard[s]);
+                waits[s] = Some(self.node.shards[s].submit(batch).await?);
             }
         }
-        let mut replies: Vec<std::vec::IntoIter<Reply>> = (0..self.round.per_shard.len())
-            .map(|_| Vec::new().into_iter())
-            .collect();
-        for (s, rx) in waits {
-            replies[s] = rx.await.map_err(|_| ShardGone)?.into_iter();
+        let mut replies: Vec<std::vec::IntoIter<Reply>> =
+            (0..n).map(|_| Vec::new().into_iter()).collect();
+        let mine = std::mem::take(&mut self.round.per_shard[self.my_shard]);
+        if !mine.is_empty() {
+            replies[self.my_shard] = self.core.borrow_mut().apply_batch_local(mine).into_iter();
+        }
+        for (s, w) in waits.into_iter().enumerate() {
+            if let Some(rx) = w {
+                replies[s] = rx.await.map_err(|_| ShardGone)?.into_iter();
+            }
         }
         let mut w = ReplyWriter::new(out, self.resp3);
         for part in self.round.order.drain(..) {
@@ -541,13 +682,12 @@ impl Conn {
                         cost,
                         peek,
                     };
-                    waits.push((s, self.node.shards[s].submit(vec![cmd]).await?));
+                    waits.push((s, self.dispatch(s, vec![cmd]).await?));
                 }
                 let mut each: Vec<LimitReply> = vec![[0; 5]; keys.len()];
-                let mut shard_ok = vec![false; n];
-                for (s, rx) in waits {
-                    let reply = rx.await.map_err(|_| ShardGone)?.into_iter().next();
-                    match reply {
+                let mut shard_ok = vec![true; n];
+                for (s, p) in waits {
+                    match p.replies().await?.into_iter().next() {
                         Some(Reply::LimitAll(summary, per)) => {
                             shard_ok[s] = summary[0] == 1;
                             for (j, &i) in groups[s].iter().enumerate() {
@@ -560,24 +700,23 @@ impl Conn {
                         None => return Ok(Reply::err("ERR internal error: missing reply")),
                     }
                 }
-                let allowed = shard_ok
-                    .iter()
-                    .enumerate()
-                    .all(|(s, &ok)| ok || groups[s].is_empty());
+                let allowed = shard_ok.iter().all(|&ok| ok);
                 if !allowed && !peek {
                     for (s, idx) in groups.iter().enumerate() {
-                        if shard_ok[s] && !idx.is_empty() {
-                            let cmd = KeyCmd::Refund {
-                                keys: idx.iter().map(|&i| keys[i].clone()).collect(),
-                                rules: idx.iter().map(|&i| rules[i]).collect(),
-                                cost,
-                            };
-                            self.node.shards[s].call(vec![cmd]).await?;
-                            for &i in idx {
-                                let limit = each[i][1];
-                                each[i][2] = (each[i][2] + i64::try_from(cost).unwrap_or(i64::MAX))
-                                    .min(limit);
-                            }
+                        if idx.is_empty() || !shard_ok[s] {
+                            continue;
+                        }
+                        let cmd = KeyCmd::Refund {
+                            keys: idx.iter().map(|&i| keys[i].clone()).collect(),
+                            rules: idx.iter().map(|&i| rules[i]).collect(),
+                            cost,
+                        };
+                        self.dispatch(s, vec![cmd]).await?.replies().await?;
+                        for &i in idx {
+                            let limit = each[i][1];
+                            each[i][2] = each[i][2]
+                                .saturating_add(i64::try_from(cost).unwrap_or(i64::MAX))
+                                .min(limit);
                         }
                     }
                 }
@@ -595,12 +734,20 @@ impl Conn {
         for k in keys {
             groups[self.node.shard_of(&k)].push(k);
         }
-        let mut total = 0;
+        let mut waits = Vec::new();
         for (s, g) in groups.into_iter().enumerate() {
             if !g.is_empty() {
-                let r = self.node.shards[s].call(vec![make(g)]).await?;
-                total += r.first().and_then(Reply::as_int).unwrap_or(0);
+                waits.push(self.dispatch(s, vec![make(g)]).await?);
             }
+        }
+        let mut total = 0;
+        for p in waits {
+            total += p
+                .replies()
+                .await?
+                .first()
+                .and_then(Reply::as_int)
+                .unwrap_or(0);
         }
         Ok(Reply::Int(total))
     }
@@ -608,12 +755,12 @@ impl Conn {
     /// Runs a command on every shard and returns the replies.
     async fn all_shards(&self, make: impl Fn() -> KeyCmd) -> Result<Vec<Reply>, ShardGone> {
         let mut waits = Vec::new();
-        for s in &self.node.shards {
-            waits.push(s.submit(vec![make()]).await?);
+        for s in 0..self.node.shards.len() {
+            waits.push(self.dispatch(s, vec![make()]).await?);
         }
         let mut out = Vec::new();
         for w in waits {
-            out.extend(w.await.map_err(|_| ShardGone)?);
+            out.extend(w.replies().await?);
         }
         Ok(out)
     }
@@ -626,12 +773,6 @@ impl Conn {
     ) -> Result<(), ShardGone> {
         node_cmds::run(self, spec, args, buf).await
     }
-}
-
-fn reqs_left(buf: &BytesMut) -> bool {
-    // Only loop back without reading if a complete request might be waiting; the parser
-    // decides, this just avoids a pointless pass over an obviously partial buffer.
-    buf.contains(&b'\n')
 }
 
 fn is_no_auth(name: &[u8]) -> bool {
