@@ -1,58 +1,49 @@
-//! The keyspace one shard owns: a hash table of entries with expiry and memory accounting.
+//! The keyspace one shard owns: compact records in per-part arenas, found through a hash index,
+//! with expiry and memory accounting.
 //!
-//! Only the shard thread touches a `Store`, so nothing here locks. The table is split into
-//! parts by hash so active expiry can sweep one small part at a time instead of stalling the
-//! shard on a full pass.
+//! Memory follows active callers, so the per-key overhead is what matters: a GCRA bucket is a
+//! record of `key length (1 byte) + key + tag (1 byte) + 8-byte timestamp` packed into an arena,
+//! and the hash index holds only a 4-byte offset per key. Records that change size are appended
+//! and the old one is marked dead; the sweep compacts a part once half of it is dead.
+//!
+//! The table is split into parts by hash so that active expiry and compaction work on one small
+//! part at a time instead of stalling the shard. Only the shard thread touches a `Store`.
 
 use crate::limiter::State;
 use hashbrown::HashTable;
-use hashbrown::hash_table::{Entry as TableEntry, OccupiedEntry, VacantEntry};
+use hashbrown::hash_table::OccupiedEntry;
 
 /// Number of parts the table is split into (a power of two).
 const PARTS: usize = 64;
 
-/// What a key holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+/// A key's value, borrowed from the arena for reading or given for writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
     /// Limiter state.
     Bucket(State),
     /// A counter set by INCR or by SET with an integer.
     Int(i64),
     /// Any other string.
-    Str(Box<[u8]>),
+    Str(&'a [u8]),
 }
 
-#[derive(Debug)]
-pub struct Entry {
-    pub key: Box<[u8]>,
-    pub value: Value,
+/// A live key as read from the store.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryView<'a> {
+    pub value: Value<'a>,
     /// Absolute expiry in ns since the epoch; 0 = never.
     pub expires_at: u64,
-}
-
-impl Entry {
-    fn cost(&self) -> usize {
-        let value_bytes = match &self.value {
-            Value::Str(s) => s.len(),
-            _ => 0,
-        };
-        // Key and value bytes, the slot itself, and hashbrown's control byte.
-        self.key.len() + value_bytes + std::mem::size_of::<Entry>() + 1
-    }
-
-    fn is_expired(&self, now: u64) -> bool {
-        self.expires_at != 0 && self.expires_at <= now
-    }
 }
 
 /// Refusal to add a key: the key cap or the memory cap is reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreFull;
 
-/// Counts and caps; kept beside the table so an entry and its accounting are updated together.
+/// Counts and caps; kept beside the table so an entry and its accounting change together.
 #[derive(Debug, Default)]
 pub struct Usage {
     pub keys: usize,
+    /// Bytes of live records plus the index slots they occupy.
     pub bytes: usize,
     pub max_keys: usize,
     pub max_bytes: usize,
@@ -67,11 +58,262 @@ impl Usage {
     }
 }
 
+// Record tags. The payload that follows each is fixed by the tag (strings carry a length).
+const T_GCRA: u8 = 0; // tat (also its expiry)
+const T_GCRA_EXP: u8 = 1; // tat, expiry
+const T_FIXED: u8 = 2; // expiry, start, count
+const T_SLIDING: u8 = 3; // expiry, start, prev, cur
+const T_INT: u8 = 4; // value
+const T_INT_EXP: u8 = 5; // value, expiry
+const T_STR: u8 = 6; // len u32, bytes
+const T_STR_EXP: u8 = 7; // expiry, len u32, bytes
+const T_DEAD: u8 = 0xFF;
+
+/// Index slot and control byte per key, as counted in `Usage::bytes`.
+const INDEX_COST: usize = std::mem::size_of::<u32>() + 1;
+
+fn rd64(a: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&a[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+fn rd32(a: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&a[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+/// Where a record's parts are.
+struct Layout {
+    key_start: usize,
+    key_len: usize,
+    tag_at: usize,
+}
+
+fn layout(a: &[u8], off: usize) -> Layout {
+    if a[off] < 0xFF {
+        let key_len = a[off] as usize;
+        Layout {
+            key_start: off + 1,
+            key_len,
+            tag_at: off + 1 + key_len,
+        }
+    } else {
+        let key_len = rd32(a, off + 1) as usize;
+        Layout {
+            key_start: off + 5,
+            key_len,
+            tag_at: off + 5 + key_len,
+        }
+    }
+}
+
+fn key_of(a: &[u8], off: usize) -> &[u8] {
+    let l = layout(a, off);
+    &a[l.key_start..l.key_start + l.key_len]
+}
+
+fn key_header_len(key_len: usize) -> usize {
+    if key_len < 0xFF { 1 } else { 5 }
+}
+
+/// Bytes of payload after the tag.
+fn payload_len(a: &[u8], tag: u8, at: usize) -> usize {
+    match tag {
+        T_GCRA | T_INT => 8,
+        T_GCRA_EXP | T_INT_EXP => 16,
+        T_FIXED => 24,
+        T_SLIDING => 32,
+        T_STR => 4 + rd32(a, at) as usize,
+        T_STR_EXP => 12 + rd32(a, at + 8) as usize,
+        _ => 0,
+    }
+}
+
+fn record_len(a: &[u8], off: usize) -> usize {
+    let l = layout(a, off);
+    let tag = a[l.tag_at];
+    l.tag_at + 1 - off + payload_len(a, tag, l.tag_at + 1)
+}
+
+fn view(a: &[u8], off: usize) -> EntryView<'_> {
+    let l = layout(a, off);
+    let p = l.tag_at + 1;
+    match a[l.tag_at] {
+        T_GCRA => {
+            let tat = rd64(a, p);
+            EntryView {
+                value: Value::Bucket(State::Gcra { tat }),
+                expires_at: tat,
+            }
+        }
+        T_GCRA_EXP => EntryView {
+            value: Value::Bucket(State::Gcra { tat: rd64(a, p) }),
+            expires_at: rd64(a, p + 8),
+        },
+        T_FIXED => EntryView {
+            value: Value::Bucket(State::Fixed {
+                start: rd64(a, p + 8),
+                count: rd64(a, p + 16),
+            }),
+            expires_at: rd64(a, p),
+        },
+        T_SLIDING => EntryView {
+            value: Value::Bucket(State::Sliding {
+                start: rd64(a, p + 8),
+                prev: rd64(a, p + 16),
+                cur: rd64(a, p + 24),
+            }),
+            expires_at: rd64(a, p),
+        },
+        T_INT => EntryView {
+            value: Value::Int(rd64(a, p) as i64),
+            expires_at: 0,
+        },
+        T_INT_EXP => EntryView {
+            value: Value::Int(rd64(a, p) as i64),
+            expires_at: rd64(a, p + 8),
+        },
+        T_STR => {
+            let n = rd32(a, p) as usize;
+            EntryView {
+                value: Value::Str(&a[p + 4..p + 4 + n]),
+                expires_at: 0,
+            }
+        }
+        T_STR_EXP => {
+            let n = rd32(a, p + 8) as usize;
+            EntryView {
+                value: Value::Str(&a[p + 12..p + 12 + n]),
+                expires_at: rd64(a, p),
+            }
+        }
+        // Dead records are never reachable from the index; read as an expired counter.
+        _ => EntryView {
+            value: Value::Int(0),
+            expires_at: 1,
+        },
+    }
+}
+
+/// The tag and payload bytes for a value.
+fn encode_payload(value: Value<'_>, expires_at: u64, out: &mut Vec<u8>) {
+    let push = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
+    match value {
+        Value::Bucket(State::Gcra { tat }) if tat == expires_at => {
+            out.push(T_GCRA);
+            push(out, tat);
+        }
+        Value::Bucket(State::Gcra { tat }) => {
+            out.push(T_GCRA_EXP);
+            push(out, tat);
+            push(out, expires_at);
+        }
+        Value::Bucket(State::Fixed { start, count }) => {
+            out.push(T_FIXED);
+            push(out, expires_at);
+            push(out, start);
+            push(out, count);
+        }
+        Value::Bucket(State::Sliding { start, prev, cur }) => {
+            out.push(T_SLIDING);
+            push(out, expires_at);
+            push(out, start);
+            push(out, prev);
+            push(out, cur);
+        }
+        Value::Int(v) if expires_at == 0 => {
+            out.push(T_INT);
+            push(out, v as u64);
+        }
+        Value::Int(v) => {
+            out.push(T_INT_EXP);
+            push(out, v as u64);
+            push(out, expires_at);
+        }
+        Value::Str(s) => {
+            // Values are bounded by the protocol's bulk limit, far below 4 GiB.
+            let n = u32::try_from(s.len()).unwrap_or(u32::MAX);
+            if expires_at == 0 {
+                out.push(T_STR);
+            } else {
+                out.push(T_STR_EXP);
+                push(out, expires_at);
+            }
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&s[..n as usize]);
+        }
+    }
+}
+
+fn is_expired(expires_at: u64, now: u64) -> bool {
+    expires_at != 0 && expires_at <= now
+}
+
+/// Appends a record (key header, key, encoded payload); returns its offset, or None if the
+/// arena would pass 4 GiB.
+fn append(arena: &mut Vec<u8>, key: &[u8], payload: &[u8]) -> Option<u32> {
+    let off = u32::try_from(arena.len()).ok()?;
+    let key_len = u32::try_from(key.len()).ok()?;
+    if arena.len() + key.len() + payload.len() + 5 > u32::MAX as usize {
+        return None;
+    }
+    if key.len() < 0xFF {
+        arena.push(key.len() as u8);
+    } else {
+        arena.push(0xFF);
+        arena.extend_from_slice(&key_len.to_le_bytes());
+    }
+    arena.extend_from_slice(key);
+    arena.extend_from_slice(payload);
+    Some(off)
+}
+
+/// Marks the record at `off` dead; returns its length.
+fn kill(arena: &mut [u8], dead: &mut usize, off: usize) -> usize {
+    let len = record_len(arena, off);
+    let l = layout(arena, off);
+    arena[l.tag_at] = T_DEAD;
+    *dead += len;
+    len
+}
+
+/// One part of the keyspace: an arena of records and the index into it.
+#[derive(Default)]
+struct Part {
+    index: HashTable<u32>,
+    arena: Vec<u8>,
+    /// Bytes of dead records in the arena.
+    dead: usize,
+}
+
+impl Part {
+    /// Rewrites the arena without dead records once they are half of it.
+    fn maybe_compact(&mut self) {
+        if self.dead < 4096 || self.dead * 2 < self.arena.len() {
+            return;
+        }
+        let live = self.arena.len() - self.dead;
+        let mut fresh = Vec::with_capacity(live + live / 8);
+        for off in self.index.iter_mut() {
+            let start = *off as usize;
+            let len = record_len(&self.arena, start);
+            // The live total fits: it was at most the old arena's length.
+            *off = fresh.len() as u32;
+            fresh.extend_from_slice(&self.arena[start..start + len]);
+        }
+        self.arena = fresh;
+        self.dead = 0;
+    }
+}
+
 pub struct Store {
-    parts: Vec<HashTable<Entry>>,
+    parts: Vec<Part>,
     hasher: ahash::RandomState,
     pub usage: Usage,
     sweep_cursor: usize,
+    scratch: Vec<u8>,
 }
 
 /// A key's place in the table, after lazy expiry: either a live entry or a vacancy.
@@ -81,58 +323,97 @@ pub enum Slot<'a> {
 }
 
 pub struct LiveEntry<'a> {
-    entry: OccupiedEntry<'a, Entry>,
+    entry: OccupiedEntry<'a, u32>,
+    arena: &'a mut Vec<u8>,
+    dead: &'a mut usize,
     usage: &'a mut Usage,
+    scratch: &'a mut Vec<u8>,
 }
 
 pub struct EmptySlot<'a> {
-    vacant: VacantEntry<'a, Entry>,
+    index: &'a mut HashTable<u32>,
+    arena: &'a mut Vec<u8>,
+    hasher: &'a ahash::RandomState,
     usage: &'a mut Usage,
+    scratch: &'a mut Vec<u8>,
+    hash: u64,
     key: &'a [u8],
 }
 
 impl<'a> LiveEntry<'a> {
-    pub fn get(&self) -> &Entry {
-        self.entry.get()
+    pub fn get(&self) -> EntryView<'_> {
+        view(self.arena, *self.entry.get() as usize)
     }
 
-    /// Replaces the value and expiry, keeping the memory accounting right.
-    pub fn set(&mut self, value: Value, expires_at: u64) {
-        let e = self.entry.get_mut();
-        let before = e.cost();
-        e.value = value;
-        e.expires_at = expires_at;
-        let after = e.cost();
-        self.usage.bytes = self.usage.bytes.saturating_sub(before) + after;
+    /// Replaces the value and expiry: in place when the record keeps its size, otherwise as a
+    /// new record (the old one becomes dead space for the next compaction).
+    pub fn set(&mut self, value: Value<'_>, expires_at: u64) {
+        let off = *self.entry.get() as usize;
+        let l = layout(self.arena, off);
+        let old_len = record_len(self.arena, off);
+        self.scratch.clear();
+        encode_payload(value, expires_at, self.scratch);
+        let head = l.tag_at - off;
+        if head + self.scratch.len() == old_len {
+            self.arena[l.tag_at..l.tag_at + self.scratch.len()].copy_from_slice(self.scratch);
+            return;
+        }
+        let Ok(new_off) = u32::try_from(self.arena.len()) else {
+            return;
+        };
+        let key_end = l.key_start + l.key_len;
+        self.arena.extend_from_within(off..key_end);
+        self.arena.extend_from_slice(self.scratch);
+        kill(self.arena, self.dead, off);
+        let new_len = head + self.scratch.len();
+        self.usage.bytes = self.usage.bytes.saturating_sub(old_len) + new_len;
+        *self.entry.get_mut() = new_off;
     }
 
+    /// Changes only the expiry (counters and strings).
     pub fn set_expiry(&mut self, expires_at: u64) {
-        self.entry.get_mut().expires_at = expires_at;
+        // Strings are copied out first: re-encoding writes the arena they live in.
+        let detached: Result<Value<'static>, Vec<u8>> = match self.get().value {
+            Value::Str(s) => Err(s.to_vec()),
+            Value::Bucket(b) => Ok(Value::Bucket(b)),
+            Value::Int(i) => Ok(Value::Int(i)),
+        };
+        match detached {
+            Ok(v) => self.set(v, expires_at),
+            Err(bytes) => self.set(Value::Str(&bytes), expires_at),
+        }
     }
 
     pub fn remove(self) {
-        let (e, _) = self.entry.remove();
+        let off = *self.entry.get() as usize;
+        let len = kill(self.arena, self.dead, off);
+        self.entry.remove();
         self.usage.keys -= 1;
-        self.usage.bytes = self.usage.bytes.saturating_sub(e.cost());
+        self.usage.bytes = self.usage.bytes.saturating_sub(len + INDEX_COST);
     }
 }
 
 impl<'a> EmptySlot<'a> {
     /// Adds the key, unless a cap is reached.
-    pub fn insert(self, value: Value, expires_at: u64) -> Result<(), StoreFull> {
-        let entry = Entry {
-            key: self.key.into(),
-            value,
-            expires_at,
-        };
-        let cost = entry.cost();
+    pub fn insert(self, value: Value<'_>, expires_at: u64) -> Result<(), StoreFull> {
+        self.scratch.clear();
+        encode_payload(value, expires_at, self.scratch);
+        let cost =
+            key_header_len(self.key.len()) + self.key.len() + self.scratch.len() + INDEX_COST;
         if !self.usage.admits(cost) {
             self.usage.rejected_full += 1;
             return Err(StoreFull);
         }
+        let Some(off) = append(self.arena, self.key, self.scratch) else {
+            self.usage.rejected_full += 1;
+            return Err(StoreFull);
+        };
+        let (hasher, arena) = (self.hasher, &*self.arena);
+        self.index.insert_unique(self.hash, off, |&o| {
+            hasher.hash_one(key_of(arena, o as usize))
+        });
         self.usage.keys += 1;
         self.usage.bytes += cost;
-        self.vacant.insert(entry);
         Ok(())
     }
 }
@@ -140,9 +421,8 @@ impl<'a> EmptySlot<'a> {
 impl Store {
     pub fn new(max_keys: usize, max_bytes: usize) -> Store {
         Store {
-            parts: (0..PARTS).map(|_| HashTable::new()).collect(),
-            // Fixed seeds keep the layout reproducible; keys never leave the shard, so there
-            // is no cross-node hash-flooding concern beyond what ahash already resists.
+            parts: (0..PARTS).map(|_| Part::default()).collect(),
+            // Fixed seeds keep the layout reproducible across runs.
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,
                 0x1319_8a2e_0370_7344,
@@ -155,6 +435,7 @@ impl Store {
                 ..Usage::default()
             },
             sweep_cursor: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -169,31 +450,62 @@ impl Store {
     /// Finds `key`, dropping it first if it has expired.
     pub fn slot<'a>(&'a mut self, key: &'a [u8], now: u64) -> Slot<'a> {
         let hash = self.hash(key);
-        let hasher = &self.hasher;
-        let usage = &mut self.usage;
-        let table = &mut self.parts[Self::part_of(hash)];
-        match table.entry(hash, |e| &*e.key == key, |e| hasher.hash_one(&*e.key)) {
-            TableEntry::Occupied(occ) => {
-                if occ.get().is_expired(now) {
-                    let (old, vacant) = occ.remove();
-                    usage.keys -= 1;
-                    usage.bytes = usage.bytes.saturating_sub(old.cost());
-                    usage.expired += 1;
-                    Slot::Empty(EmptySlot { vacant, usage, key })
-                } else {
-                    Slot::Live(LiveEntry { entry: occ, usage })
+        let Store {
+            parts,
+            hasher,
+            usage,
+            scratch,
+            ..
+        } = self;
+        let Part { index, arena, dead } = &mut parts[Self::part_of(hash)];
+        match index.find_entry(hash, |&o| key_of(arena, o as usize) == key) {
+            Ok(occ) => {
+                let off = *occ.get() as usize;
+                if !is_expired(view(arena, off).expires_at, now) {
+                    return Slot::Live(LiveEntry {
+                        entry: occ,
+                        arena,
+                        dead,
+                        usage,
+                        scratch,
+                    });
                 }
+                let len = kill(arena, dead, off);
+                let (_, vacant) = occ.remove();
+                usage.keys -= 1;
+                usage.bytes = usage.bytes.saturating_sub(len + INDEX_COST);
+                usage.expired += 1;
+                Slot::Empty(EmptySlot {
+                    index: vacant.into_table(),
+                    arena,
+                    hasher,
+                    usage,
+                    scratch,
+                    hash,
+                    key,
+                })
             }
-            TableEntry::Vacant(vacant) => Slot::Empty(EmptySlot { vacant, usage, key }),
+            Err(absent) => Slot::Empty(EmptySlot {
+                index: absent.into_table(),
+                arena,
+                hasher,
+                usage,
+                scratch,
+                hash,
+                key,
+            }),
         }
     }
 
     /// Reads `key` without changing anything (an expired key reads as absent).
-    pub fn get(&self, key: &[u8], now: u64) -> Option<&Entry> {
+    pub fn get(&self, key: &[u8], now: u64) -> Option<EntryView<'_>> {
         let hash = self.hash(key);
-        self.parts[Self::part_of(hash)]
-            .find(hash, |e| &*e.key == key)
-            .filter(|e| !e.is_expired(now))
+        let part = &self.parts[Self::part_of(hash)];
+        let off = *part
+            .index
+            .find(hash, |&o| key_of(&part.arena, o as usize) == key)?;
+        let v = view(&part.arena, off as usize);
+        (!is_expired(v.expires_at, now)).then_some(v)
     }
 
     /// Removes `key`; true if a live key was there.
@@ -217,34 +529,46 @@ impl Store {
 
     pub fn clear(&mut self) {
         for p in &mut self.parts {
-            *p = HashTable::new();
+            *p = Part::default();
         }
         self.usage.keys = 0;
         self.usage.bytes = 0;
     }
 
-    /// Removes expired entries from the next `parts` parts of the table; returns how many.
+    /// Removes expired entries from the next `parts` parts of the table, compacting and
+    /// shrinking them as they empty; returns how many entries were removed.
     pub fn sweep(&mut self, now: u64, parts: usize) -> usize {
         let mut removed = 0;
         for _ in 0..parts.min(PARTS) {
             let idx = self.sweep_cursor;
             self.sweep_cursor = (self.sweep_cursor + 1) % PARTS;
             let usage = &mut self.usage;
-            let table = &mut self.parts[idx];
-            table.retain(|e| {
-                if e.is_expired(now) {
+            let part = &mut self.parts[idx];
+            let Part { index, arena, dead } = part;
+            index.retain(|o| {
+                let off = *o as usize;
+                if is_expired(view(arena, off).expires_at, now) {
+                    let len = kill(arena, dead, off);
                     usage.keys -= 1;
-                    usage.bytes = usage.bytes.saturating_sub(e.cost());
+                    usage.bytes = usage.bytes.saturating_sub(len + INDEX_COST);
                     removed += 1;
                     false
                 } else {
                     true
                 }
             });
-            // Give memory back once a part has shrunk well below its capacity.
-            if table.capacity() > 64 && table.len() * 4 < table.capacity() {
+            if part.index.is_empty() {
+                // Give everything back, not just the records.
+                *part = Part::default();
+                continue;
+            }
+            part.maybe_compact();
+            if part.index.capacity() > 64 && part.index.len() * 4 < part.index.capacity() {
                 let hasher = &self.hasher;
-                table.shrink_to(table.len() * 2, |e| hasher.hash_one(&*e.key));
+                let arena = &part.arena;
+                part.index.shrink_to(part.index.len() * 2, |&o| {
+                    hasher.hash_one(key_of(arena, o as usize))
+                });
             }
         }
         self.usage.expired += removed as u64;
@@ -256,12 +580,12 @@ impl Store {
         PARTS
     }
 
-    /// Calls `f` on every live key (for KEYS/SCAN-style admin use, not the hot path).
+    /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).
     pub fn for_each_key(&self, now: u64, mut f: impl FnMut(&[u8])) {
         for p in &self.parts {
-            for e in p.iter() {
-                if !e.is_expired(now) {
-                    f(&e.key);
+            for &o in p.index.iter() {
+                if !is_expired(view(&p.arena, o as usize).expires_at, now) {
+                    f(key_of(&p.arena, o as usize));
                 }
             }
         }
@@ -272,52 +596,133 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn put(s: &mut Store, k: &[u8], v: i64, exp: u64, now: u64) -> Result<(), StoreFull> {
+    fn put(s: &mut Store, k: &[u8], v: Value<'_>, exp: u64, now: u64) -> Result<(), StoreFull> {
         match s.slot(k, now) {
             Slot::Live(mut l) => {
-                l.set(Value::Int(v), exp);
+                l.set(v, exp);
                 Ok(())
             }
-            Slot::Empty(e) => e.insert(Value::Int(v), exp),
+            Slot::Empty(e) => e.insert(v, exp),
         }
     }
 
+    fn value_of(s: &Store, k: &[u8], now: u64) -> Option<(String, u64)> {
+        s.get(k, now)
+            .map(|e| (format!("{:?}", e.value), e.expires_at))
+    }
+
     #[test]
-    fn insert_get_remove() {
+    fn insert_get_update_remove_every_kind() {
         let mut s = Store::new(0, 0);
-        put(&mut s, b"a", 1, 0, 10).unwrap();
-        assert_eq!(
-            s.get(b"a", 10).map(|e| e.value.clone()),
-            Some(Value::Int(1))
-        );
-        assert_eq!(s.len(), 1);
-        assert!(s.remove(b"a", 10));
-        assert!(!s.remove(b"a", 10));
+        let long_key = vec![b'k'; 300];
+        let values = [
+            (Value::Bucket(State::Gcra { tat: 50 }), 50),
+            (Value::Bucket(State::Gcra { tat: 50 }), 70),
+            (Value::Bucket(State::Fixed { start: 1, count: 2 }), 90),
+            (
+                Value::Bucket(State::Sliding {
+                    start: 1,
+                    prev: 2,
+                    cur: 3,
+                }),
+                90,
+            ),
+            (Value::Int(-5), 0),
+            (Value::Int(7), 99),
+            (Value::Str(b"hello"), 0),
+            (Value::Str(b"a longer string value"), 99),
+            (Value::Str(b""), 0),
+        ];
+        for key in [&b"a"[..], &long_key[..]] {
+            for (v, exp) in values {
+                put(&mut s, key, v, exp, 10).unwrap();
+                assert_eq!(
+                    value_of(&s, key, 10),
+                    Some((format!("{v:?}"), exp)),
+                    "{v:?}"
+                );
+                assert_eq!(s.len(), 1);
+            }
+            assert!(s.remove(key, 10));
+            assert!(!s.remove(key, 10));
+        }
         assert_eq!(s.len(), 0);
         assert_eq!(s.usage.bytes, 0);
     }
 
     #[test]
-    fn lazy_and_active_expiry() {
+    fn lazy_and_active_expiry_and_compaction() {
         let mut s = Store::new(0, 0);
-        for i in 0..1000u32 {
-            put(&mut s, &i.to_be_bytes(), 1, 100, 0).unwrap();
+        for i in 0..20_000u32 {
+            put(
+                &mut s,
+                &i.to_be_bytes(),
+                Value::Bucket(State::Gcra { tat: 100 }),
+                100,
+                0,
+            )
+            .unwrap();
         }
-        put(&mut s, b"forever", 1, 0, 0).unwrap();
+        put(&mut s, b"forever", Value::Int(1), 0, 0).unwrap();
         assert!(s.get(&7u32.to_be_bytes(), 100).is_none());
-        assert_eq!(s.sweep(100, Store::parts()), 1000);
+        assert_eq!(s.sweep(100, Store::parts()), 20_000);
         assert_eq!(s.len(), 1);
         assert!(s.get(b"forever", 1 << 60).is_some());
+        let arena: usize = s.parts.iter().map(|p| p.arena.capacity()).sum();
+        assert!(arena < 1024, "arenas not released: {arena}");
+    }
+
+    #[test]
+    fn updates_that_change_size_survive_compaction() {
+        let mut s = Store::new(0, 0);
+        for round in 0..8u64 {
+            for i in 0..20_000u32 {
+                let v = if round % 2 == 0 {
+                    Value::Int(round as i64)
+                } else {
+                    Value::Bucket(State::Fixed {
+                        start: round,
+                        count: u64::from(i),
+                    })
+                };
+                put(&mut s, &i.to_le_bytes(), v, 1_000_000, 0).unwrap();
+            }
+            s.sweep(0, Store::parts());
+        }
+        for i in 0..20_000u32 {
+            let e = s.get(&i.to_le_bytes(), 0).unwrap();
+            assert_eq!(
+                e.value,
+                Value::Bucket(State::Fixed {
+                    start: 7,
+                    count: u64::from(i)
+                })
+            );
+        }
+        // Live records are 30 bytes each; without compaction eight rounds would leave ~7x that.
+        let arena: usize = s.parts.iter().map(|p| p.arena.len()).sum();
+        assert!(arena < 20_000 * 30 * 3, "dead space not reclaimed: {arena}");
     }
 
     #[test]
     fn key_cap_refuses_new_keys_but_updates_live_ones() {
         let mut s = Store::new(2, 0);
-        put(&mut s, b"a", 1, 0, 0).unwrap();
-        put(&mut s, b"b", 1, 0, 0).unwrap();
-        assert_eq!(put(&mut s, b"c", 1, 0, 0), Err(StoreFull));
-        put(&mut s, b"a", 5, 0, 0).unwrap();
-        assert_eq!(s.get(b"a", 0).map(|e| e.value.clone()), Some(Value::Int(5)));
+        put(&mut s, b"a", Value::Int(1), 0, 0).unwrap();
+        put(&mut s, b"b", Value::Int(1), 0, 0).unwrap();
+        assert_eq!(put(&mut s, b"c", Value::Int(1), 0, 0), Err(StoreFull));
+        put(&mut s, b"a", Value::Int(5), 0, 0).unwrap();
+        assert_eq!(s.get(b"a", 0).map(|e| e.value), Some(Value::Int(5)));
         assert_eq!(s.usage.rejected_full, 1);
+    }
+
+    #[test]
+    fn memory_cap_counts_bytes() {
+        let mut s = Store::new(0, 100);
+        put(&mut s, b"k1", Value::Str(&[0u8; 40]), 0, 0).unwrap();
+        assert_eq!(
+            put(&mut s, b"k2", Value::Str(&[0u8; 60]), 0, 0),
+            Err(StoreFull)
+        );
+        assert!(s.usage.bytes <= 100);
     }
 }

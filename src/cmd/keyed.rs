@@ -173,7 +173,7 @@ pub struct ExecStats {
 /// Applies one command to the store at time `now` (ns).
 pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) -> Reply {
     match cmd {
-        KeyCmd::Get(key) => match store.get(&key, now).map(|e| &e.value) {
+        KeyCmd::Get(key) => match store.get(&key, now).map(|e| e.value) {
             None => Reply::Nil,
             Some(Value::Str(s)) => Reply::Bulk(Bytes::copy_from_slice(s)),
             Some(Value::Int(v)) => Reply::Bulk(Bytes::from(v.to_string())),
@@ -217,7 +217,7 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
                 })
             }
         },
-        KeyCmd::Type(key) => Reply::Simple(match store.get(&key, now).map(|e| &e.value) {
+        KeyCmd::Type(key) => Reply::Simple(match store.get(&key, now).map(|e| e.value) {
             None => "none",
             Some(Value::Bucket(_)) => "bucket",
             Some(_) => "string",
@@ -309,12 +309,12 @@ fn set(
         .and_then(|s| crate::protocol::args::parse_i64(s.as_bytes()))
     {
         Some(v) => Value::Int(v),
-        None => Value::Str(value.to_vec().into_boxed_slice()),
+        None => Value::Str(&value),
     };
     let abs = |ms: u64| -> u64 { ms.saturating_mul(NS_PER_MS) };
     let slot = store.slot(key, now);
     let old = match &slot {
-        Slot::Live(l) => match &l.get().value {
+        Slot::Live(l) => match l.get().value {
             Value::Str(s) => Reply::Bulk(Bytes::copy_from_slice(s)),
             Value::Int(v) => Reply::Bulk(Bytes::from(v.to_string())),
             Value::Bucket(_) if get => return Reply::err(WRONGTYPE),
@@ -365,8 +365,8 @@ fn set(
 fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Reply {
     match store.slot(key, now) {
         Slot::Live(mut live) => {
-            let cur = match &live.get().value {
-                Value::Int(v) => *v,
+            let cur = match live.get().value {
+                Value::Int(v) => v,
                 Value::Str(s) => match crate::protocol::args::parse_i64(s) {
                     Some(v) => v,
                     None => return Reply::err(NOT_INT),
@@ -511,9 +511,9 @@ fn check_all(
     // interleave, so this is atomic.
     let mut outcomes = Vec::with_capacity(keys.len());
     for (key, rule) in keys.iter().zip(rules) {
-        let state = match store.get(key, now).map(|e| &e.value) {
+        let state = match store.get(key, now).map(|e| e.value) {
             None => None,
-            Some(Value::Bucket(s)) => Some(*s),
+            Some(Value::Bucket(s)) => Some(s),
             Some(_) => return Reply::err(WRONGTYPE),
         };
         outcomes.push((state, limiter::check(rule, state, cost, now)));

@@ -119,7 +119,9 @@ fn parse_multibulk(
         return Ok(None);
     };
     let count = match parse_len(&buf[1..end]) {
-        Some(n) if n as u64 > limits.max_args as u64 => return perr("invalid multibulk length"),
+        Some(n) if n > 0 && n as u64 > limits.max_args as u64 => {
+            return perr("invalid multibulk length");
+        }
         Some(n) => n,
         None => return perr("invalid multibulk length"),
     };
