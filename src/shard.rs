@@ -38,6 +38,8 @@ pub enum ShardMsg {
 /// Figures a shard publishes for INFO; written only by the shard thread.
 #[derive(Debug, Default)]
 pub struct ShardStats {
+    /// Requests from the connections on this shard (any command).
+    pub requests: AtomicU64,
     pub keys: AtomicU64,
     pub bytes: AtomicU64,
     pub commands: AtomicU64,

@@ -102,9 +102,9 @@ pub fn parse(req: Vec<Bytes>, rules: &RuleSet) -> Result<Parsed, ParseError> {
     if !table::arity_ok(spec, req.len()) {
         return Err(ArgError::WrongArity(spec.name.to_string()).into());
     }
-    let mut it = req.into_iter();
-    it.next();
-    let mut a = Args::new(spec.name.to_string(), it.collect());
+    let mut req = req;
+    req.remove(0);
+    let mut a = Args::new(spec.name, req);
     let keyed = |route: Bytes, cmd: KeyCmd| Ok(Parsed::Keyed { route, cmd });
     match spec.name {
         "get" => {

@@ -29,7 +29,7 @@ impl fmt::Display for ArgError {
 
 /// Arguments after the command name. `name` is the lowercased command name, for errors.
 pub struct Args {
-    name: String,
+    name: &'static str,
     items: std::vec::IntoIter<Bytes>,
 }
 
@@ -47,15 +47,15 @@ pub fn parse_i64(b: &[u8]) -> Option<i64> {
 }
 
 impl Args {
-    pub fn new(name: String, rest: Vec<Bytes>) -> Args {
+    pub fn new(name: &'static str, rest: Vec<Bytes>) -> Args {
         Args {
             name,
             items: rest.into_iter(),
         }
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     pub fn remaining(&self) -> usize {
@@ -63,13 +63,13 @@ impl Args {
     }
 
     pub fn arity_error(&self) -> ArgError {
-        ArgError::WrongArity(self.name.clone())
+        ArgError::WrongArity(self.name.to_string())
     }
 
     pub fn next_bytes(&mut self) -> Result<Bytes, ArgError> {
         self.items
             .next()
-            .ok_or_else(|| ArgError::WrongArity(self.name.clone()))
+            .ok_or_else(|| ArgError::WrongArity(self.name.to_string()))
     }
 
     pub fn next_opt(&mut self) -> Option<Bytes> {

@@ -67,7 +67,7 @@ pub fn render(node: &Node, sections: &[String]) -> String {
             out,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nprotocol_errors:{}\r\n\r\n",
             st.connections_received.load(Ordering::Relaxed),
-            st.commands.load(Ordering::Relaxed),
+            sum(&|s| s.requests.load(Ordering::Relaxed)),
             st.commands_per_sec.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
             sum(&|s| s.expired.load(Ordering::Relaxed)),

@@ -43,7 +43,6 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub struct NodeStats {
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
-    pub commands: AtomicU64,
     pub protocol_errors: AtomicU64,
     pub checks_per_sec: AtomicU64,
     pub commands_per_sec: AtomicU64,
@@ -353,7 +352,7 @@ async fn sample_rates(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
         node.shards.iter().fold((0, 0), |(c, k), s| {
             (
                 c + s.stats.checks.load(Ordering::Relaxed),
-                k + s.stats.commands.load(Ordering::Relaxed),
+                k + s.stats.requests.load(Ordering::Relaxed),
             )
         })
     };
@@ -476,9 +475,10 @@ impl Conn {
                 self.info
                     .last_active_ms
                     .store(self.node.uptime_ms(), Ordering::Relaxed);
-                self.node
+                // Counted per shard: one node-wide counter would bounce between cores.
+                self.node.shards[self.my_shard]
                     .stats
-                    .commands
+                    .requests
                     .fetch_add(reqs.len() as u64, Ordering::Relaxed);
                 if self.run_round(reqs, &mut out).await.is_err() {
                     ReplyWriter::new(&mut out, self.resp3).error("ERR server is shutting down");
