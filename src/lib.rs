@@ -6,6 +6,7 @@
 //! functions of state, rule, cost and an injected time (`clock`).
 
 pub mod clock;
+pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub mod glob;

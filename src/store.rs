@@ -27,6 +27,22 @@ pub enum Value<'a> {
     Str(&'a [u8]),
 }
 
+/// A value detached from the store, for snapshots.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OwnedValue {
+    Bucket(State),
+    Int(i64),
+    Str(Vec<u8>),
+}
+
+/// One key as it travels in a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    pub key: Vec<u8>,
+    pub value: OwnedValue,
+    pub expires_at: u64,
+}
+
 /// A live key as read from the store.
 #[derive(Debug, Clone, Copy)]
 pub struct EntryView<'a> {
@@ -578,6 +594,63 @@ impl Store {
     /// Number of parts; a full sweep visits each once.
     pub const fn parts() -> usize {
         PARTS
+    }
+
+    /// Copies out every live key that `keep` selects (snapshots of a slot range).
+    pub fn export(&self, now: u64, keep: impl Fn(&[u8]) -> bool) -> Vec<Record> {
+        let mut out = Vec::new();
+        for p in &self.parts {
+            for &o in p.index.iter() {
+                let v = view(&p.arena, o as usize);
+                let key = key_of(&p.arena, o as usize);
+                if is_expired(v.expires_at, now) || !keep(key) {
+                    continue;
+                }
+                let value = match v.value {
+                    Value::Bucket(s) => OwnedValue::Bucket(s),
+                    Value::Int(i) => OwnedValue::Int(i),
+                    Value::Str(s) => OwnedValue::Str(s.to_vec()),
+                };
+                out.push(Record {
+                    key: key.to_vec(),
+                    value,
+                    expires_at: v.expires_at,
+                });
+            }
+        }
+        out
+    }
+
+    /// Replaces every key that `owned` selects with `records` (installing a snapshot). Caps do
+    /// not apply: the records were admitted where they were created.
+    pub fn import(&mut self, records: &[Record], owned: impl Fn(&[u8]) -> bool) {
+        let mut doomed = Vec::new();
+        self.for_each_key(0, |k| {
+            if owned(k) {
+                doomed.push(k.to_vec());
+            }
+        });
+        for k in doomed {
+            self.remove(&k, 0);
+        }
+        let caps = (self.usage.max_keys, self.usage.max_bytes);
+        self.usage.max_keys = 0;
+        self.usage.max_bytes = 0;
+        for r in records {
+            let value = match &r.value {
+                OwnedValue::Bucket(s) => Value::Bucket(*s),
+                OwnedValue::Int(i) => Value::Int(*i),
+                OwnedValue::Str(s) => Value::Str(s),
+            };
+            let _ = match self.slot(&r.key, 0) {
+                Slot::Live(mut l) => {
+                    l.set(value, r.expires_at);
+                    Ok(())
+                }
+                Slot::Empty(e) => e.insert(value, r.expires_at),
+            };
+        }
+        (self.usage.max_keys, self.usage.max_bytes) = caps;
     }
 
     /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).

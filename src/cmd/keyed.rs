@@ -7,12 +7,13 @@ use crate::limiter::cell::{self, CellArgs};
 use crate::limiter::{self, Decision, Rule, State};
 use crate::store::{Slot, Store, StoreFull, Value};
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
 const NS_PER_MS: u64 = 1_000_000;
 
 /// How SET treats an existing key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SetCond {
     Always,
     /// NX: only if absent.
@@ -22,7 +23,7 @@ pub enum SetCond {
 }
 
 /// SET's expiry option.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SetExpiry {
     /// No option: the key loses any TTL it had.
     Clear,
@@ -34,7 +35,7 @@ pub enum SetExpiry {
 }
 
 /// EXPIRE's condition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExpireCond {
     Always,
     Nx,
@@ -43,7 +44,7 @@ pub enum ExpireCond {
     Lt,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum KeyCmd {
     Get(Bytes),
     Set {
@@ -111,13 +112,13 @@ pub enum KeyCmd {
 /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub type LimitReply = [i64; 5];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Ok,
     Nil,
     Int(i64),
     Bulk(Bytes),
-    Simple(&'static str),
+    Simple(Cow<'static, str>),
     Error(Cow<'static, str>),
     Limit(LimitReply),
     /// A multi-limit check: the deciding limit, then one entry per limit in request order.
@@ -217,11 +218,11 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
                 })
             }
         },
-        KeyCmd::Type(key) => Reply::Simple(match store.get(&key, now).map(|e| e.value) {
+        KeyCmd::Type(key) => Reply::Simple(Cow::Borrowed(match store.get(&key, now).map(|e| e.value) {
             None => "none",
             Some(Value::Bucket(_)) => "bucket",
             Some(_) => "string",
-        }),
+        })),
         KeyCmd::Del(keys) => {
             Reply::Int(keys.iter().filter(|k| store.remove(k, now)).count() as i64)
         }

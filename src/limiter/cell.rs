@@ -4,12 +4,13 @@
 //! This is kept apart from [`crate::limiter::gcra`] because redis-cell's inputs are signed and
 //! unbounded (`period * 1e9` alone can exceed 64 bits), and its reply has its own rounding rules.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 const NS_PER_S: u128 = 1_000_000_000;
 
 /// The numeric arguments of CL.THROTTLE, as parsed from the wire (quantity defaults to 1 there).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellArgs {
     pub max_burst: i64,
     pub count: i64,

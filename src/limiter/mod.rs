@@ -4,6 +4,7 @@
 //! UNIX epoch) and the stored state, and gets back a decision plus the state to store. That lets a
 //! caller evaluate several limits and commit only when all of them pass.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
@@ -16,7 +17,7 @@ const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
 
 /// Which counting scheme a [`Rule`] uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Algorithm {
     /// Generic cell rate algorithm (a token bucket kept as one timestamp).
     Gcra,
@@ -60,7 +61,7 @@ impl FromStr for Algorithm {
 ///
 /// Build it with [`Rule::new`] or [`parse_spec`]; the fields are public for reading. A rule built by
 /// hand that breaks the checks of `new` never causes a panic, but its decisions are unspecified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
     pub algorithm: Algorithm,
     pub limit: u64,
@@ -239,7 +240,7 @@ fn parse_period(s: &str) -> Result<u64, RuleError> {
 }
 
 /// Per-key state; the caller stores one of these per key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum State {
     /// Theoretical arrival time: when the bucket would be full again (absolute ns).
     Gcra { tat: u64 },

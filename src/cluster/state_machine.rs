@@ -1,0 +1,253 @@
+//! A Raft group's state machine: committed proposals are applied to the keys of the group's
+//! slots, on the shard thread that owns them, at the time the leader stamped on the entry.
+//!
+//! Applying is deterministic: every replica sees the same entries in the same order with the
+//! same timestamps, so every replica computes the same buckets. Time never runs backward inside
+//! the group: a batch is applied at `max(stamp, last applied stamp)`, so a new leader whose
+//! clock is behind cannot refund tokens.
+//!
+//! The applied state itself is volatile (it lives in the shard's store); snapshots are written
+//! to disk, and on restart openraft installs the last snapshot and re-applies the committed log
+//! after it.
+
+use crate::cluster::typ::{Applied, GroupSnapshot, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::store::Record;
+use futures_util::{Stream, TryStreamExt};
+use openraft::storage::{EntryResponder, RaftStateMachine, Snapshot};
+
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Where a group's keys live and how commands reach them.
+pub trait Executor: Send + Sync + 'static {
+    /// Applies commands at time `now`, one reply per command.
+    fn apply(&self, now: u64, cmds: Vec<KeyCmd>) -> impl Future<Output = io::Result<Vec<Reply>>> + Send;
+    /// Copies out the group's keys.
+    fn export(&self, now: u64) -> impl Future<Output = io::Result<Vec<Record>>> + Send;
+    /// Replaces the group's keys with `records`.
+    fn import(&self, records: Vec<Record>) -> impl Future<Output = io::Result<()>> + Send;
+}
+
+/// What a snapshot holds besides the keys.
+#[derive(Serialize, Deserialize)]
+struct SnapshotBody {
+    last_ts: u64,
+    records: Vec<Record>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotFile {
+    meta: SnapshotMeta,
+    data: Vec<u8>,
+}
+
+fn bincode_cfg() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+fn io_err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Progress shared by the state machine and its snapshot builders.
+#[derive(Default)]
+struct Progress {
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    /// The latest stamp applied: time inside the group never goes below it.
+    last_ts: u64,
+    snapshot_seq: u64,
+    current: Option<(SnapshotMeta, Vec<u8>)>,
+}
+
+pub struct GroupStateMachine<E: Executor> {
+    exec: Arc<E>,
+    progress: Arc<Mutex<Progress>>,
+    /// Directory for the snapshot file; None keeps snapshots in memory only (tests).
+    dir: Option<PathBuf>,
+}
+
+fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<E: Executor> GroupStateMachine<E> {
+    /// Opens the state machine, loading the last snapshot from `dir` if there is one.
+    pub fn open(exec: Arc<E>, dir: Option<PathBuf>) -> io::Result<Self> {
+        let mut progress = Progress::default();
+        if let Some(d) = &dir {
+            std::fs::create_dir_all(d)?;
+            let path = d.join("snapshot.bin");
+            if path.exists() {
+                let bytes = std::fs::read(&path)?;
+                let (file, _): (SnapshotFile, usize) =
+                    bincode::serde::decode_from_slice(&bytes, bincode_cfg()).map_err(io_err)?;
+                progress.current = Some((file.meta, file.data));
+            }
+        }
+        Ok(GroupStateMachine {
+            exec,
+            progress: Arc::new(Mutex::new(progress)),
+            dir,
+        })
+    }
+
+    fn persist(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
+        let Some(d) = &self.dir else {
+            return Ok(());
+        };
+        let file = SnapshotFile {
+            meta: meta.clone(),
+            data: data.to_vec(),
+        };
+        let bytes = bincode::serde::encode_to_vec(&file, bincode_cfg()).map_err(io_err)?;
+        let tmp = d.join("snapshot.bin.tmp");
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(tmp, d.join("snapshot.bin"))
+    }
+}
+
+/// Builds a snapshot from the group's current keys.
+pub struct GroupSnapshotBuilder<E: Executor> {
+    exec: Arc<E>,
+    progress: Arc<Mutex<Progress>>,
+    dir: Option<PathBuf>,
+}
+
+impl<E: Executor> RaftSnapshotBuilder<TypeConfig> for GroupSnapshotBuilder<E> {
+    type SnapshotData = Vec<u8>;
+
+    async fn build_snapshot(&mut self) -> Result<GroupSnapshot, io::Error> {
+        // openraft does not apply entries while a snapshot is being built from this builder's
+        // view, so progress and keys read here describe the same point of the log.
+        let (last_applied, membership, last_ts, seq) = {
+            let mut p = lock(&self.progress);
+            p.snapshot_seq += 1;
+            (p.last_applied, p.membership.clone(), p.last_ts, p.snapshot_seq)
+        };
+        let records = self.exec.export(last_ts).await?;
+        let body = SnapshotBody { last_ts, records };
+        let data = bincode::serde::encode_to_vec(&body, bincode_cfg()).map_err(io_err)?;
+        let _ = seq;
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+        };
+        let sm = GroupStateMachine {
+            exec: self.exec.clone(),
+            progress: self.progress.clone(),
+            dir: self.dir.clone(),
+        };
+        sm.persist(&meta, &data)?;
+        lock(&self.progress).current = Some((meta.clone(), data.clone()));
+        Ok(Snapshot { meta, snapshot: data })
+    }
+}
+
+impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
+    type SnapshotData = Vec<u8>;
+    type SnapshotBuilder = GroupSnapshotBuilder<E>;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
+        let p = lock(&self.progress);
+        Ok((p.last_applied, p.membership.clone()))
+    }
+
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
+    where
+        Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
+    {
+        while let Some((entry, responder)) = entries.try_next().await? {
+            let reply = match entry.payload {
+                EntryPayload::Blank => Applied::default(),
+                EntryPayload::Normal(proposal) => {
+                    let now = {
+                        let mut p = lock(&self.progress);
+                        p.last_ts = p.last_ts.max(proposal.ts);
+                        p.last_ts
+                    };
+                    Applied(self.exec.apply(now, proposal.cmds).await?)
+                }
+                EntryPayload::Membership(m) => {
+                    lock(&self.progress).membership = StoredMembership::new(Some(entry.log_id), m);
+                    Applied::default()
+                }
+            };
+            lock(&self.progress).last_applied = Some(entry.log_id);
+            if let Some(r) = responder {
+                r.send(reply);
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        GroupSnapshotBuilder {
+            exec: self.exec.clone(),
+            progress: self.progress.clone(),
+            dir: self.dir.clone(),
+        }
+    }
+
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> Result<(), io::Error> {
+        let (body, _): (SnapshotBody, usize) =
+            bincode::serde::decode_from_slice(&snapshot, bincode_cfg()).map_err(io_err)?;
+        self.exec.import(body.records).await?;
+        self.persist(meta, &snapshot)?;
+        let mut p = lock(&self.progress);
+        p.last_applied = meta.last_log_id;
+        p.membership = meta.last_membership.clone();
+        p.last_ts = p.last_ts.max(body.last_ts);
+        p.current = Some((meta.clone(), snapshot));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<GroupSnapshot>, io::Error> {
+        Ok(lock(&self.progress).current.clone().map(|(meta, data)| Snapshot { meta, snapshot: data }))
+    }
+}
+
+/// Applies a group's commands to a store owned right here; for tests and tools that run a
+/// group without shard threads.
+pub struct LocalExecutor {
+    store: Mutex<crate::store::Store>,
+}
+
+impl Default for LocalExecutor {
+    fn default() -> Self {
+        LocalExecutor {
+            store: Mutex::new(crate::store::Store::new(0, 0)),
+        }
+    }
+}
+
+impl LocalExecutor {
+    fn store(&self) -> std::sync::MutexGuard<'_, crate::store::Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Executor for LocalExecutor {
+    async fn apply(&self, now: u64, cmds: Vec<KeyCmd>) -> io::Result<Vec<Reply>> {
+        let mut st = crate::cmd::keyed::ExecStats::default();
+        let mut store = self.store();
+        Ok(cmds
+            .into_iter()
+            .map(|c| crate::cmd::keyed::execute(&mut store, c, now, &mut st))
+            .collect())
+    }
+
+    async fn export(&self, now: u64) -> io::Result<Vec<Record>> {
+        Ok(self.store().export(now, |_| true))
+    }
+
+    async fn import(&self, records: Vec<Record>) -> io::Result<()> {
+        self.store().import(&records, |_| true);
+        Ok(())
+    }
+}

@@ -1,0 +1,50 @@
+//! The Raft type configuration and short aliases for openraft's generic types, in one place.
+//!
+//! bucketd pins openraft 0.10 (an alpha, pinned exactly): it runs tens of Raft groups in one
+//! process, and 0.10 brings what that needs — the `openraft-multi` adapters that let every group
+//! share one connection per peer, and storage/network traits without the 0.9 `storage-v2`
+//! feature dance. The exact pin keeps an alpha's API changes from arriving unasked.
+
+use crate::cmd::keyed::{KeyCmd, Reply};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A batch of commands stamped with the leader's clock: one log entry. Every replica applies
+/// the commands at `ts`, so every replica computes the same buckets.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Proposal {
+    /// Leader time in ns since the epoch when the batch was proposed.
+    pub ts: u64,
+    pub cmds: Vec<KeyCmd>,
+}
+
+impl fmt::Display for Proposal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Proposal(ts={}, {} commands)", self.ts, self.cmds.len())
+    }
+}
+
+/// One reply per command of the applied proposal (empty for blank and membership entries).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Applied(pub Vec<Reply>);
+
+/// Identifies a Raft group (a fixed range of hash slots).
+pub type GroupId = u32;
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// bucketd's Raft types.
+    pub TypeConfig:
+        D = Proposal,
+        R = Applied,
+        NodeId = u64,
+        Node = openraft::impls::BasicNode,
+);
+
+pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;
+pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
+pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
+pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub type LogState = openraft::storage::LogState<TypeConfig>;
+pub type GroupSnapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
