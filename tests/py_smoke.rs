@@ -1,0 +1,52 @@
+//! Runs the redis-py smoke test (tests/py/smoke.py) against a node, when python3 with the
+//! `redis` module is available.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn python_with_redis() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_smoke() {
+    if !python_with_redis() {
+        println!(
+            "note: python3 with the redis module is not available; skipping the redis-py smoke test"
+        );
+        return;
+    }
+    bounded(async {
+        let node = TestNode::start().await;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/smoke.py");
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            tokio::process::Command::new("python3")
+                .arg(script)
+                .arg(node.port().to_string())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the smoke test finishes within 60 s")
+        .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("{stdout}");
+        assert!(
+            out.status.success(),
+            "smoke.py failed ({:?})\nstdout:\n{stdout}\nstderr:\n{stderr}",
+            out.status
+        );
+        node.shutdown().await;
+    })
+    .await
+}
