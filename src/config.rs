@@ -55,6 +55,28 @@ pub struct Flags {
     /// Log filter, e.g. info or bucketd=debug.
     #[arg(long)]
     pub log: Option<String>,
+    /// Cluster mode: every node of the cluster as ID:HOST:PORT:PEER_PORT, comma-separated.
+    #[arg(long)]
+    pub cluster_nodes: Option<String>,
+    /// This node's id in `--cluster-nodes`.
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Replicas per shard group (default 3, or fewer if the cluster is smaller).
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    /// Number of shard groups the 16384 slots are split into; fixed when the cluster is created.
+    #[arg(long)]
+    pub groups: Option<u32>,
+    /// Where the Raft logs, votes and snapshots are kept.
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Forward commands for groups led elsewhere instead of answering -MOVED, for clients that
+    /// are not cluster-aware.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub forward: Option<bool>,
+    /// fsync the Raft log before acknowledging a write.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub fsync: Option<bool>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -80,6 +102,16 @@ struct FileSettings {
     #[serde(alias = "rules_reload_ms")]
     rules_reload_ms: Option<u64>,
     log: Option<String>,
+    #[serde(alias = "cluster_nodes")]
+    cluster_nodes: Option<String>,
+    #[serde(alias = "node_id")]
+    node_id: Option<u64>,
+    replicas: Option<usize>,
+    groups: Option<u32>,
+    #[serde(alias = "data_dir")]
+    data_dir: Option<std::path::PathBuf>,
+    forward: Option<bool>,
+    fsync: Option<bool>,
 }
 
 /// Fully resolved settings.
@@ -98,6 +130,8 @@ pub struct Settings {
     pub max_inline_len: usize,
     pub rules_reload_ms: u64,
     pub log: String,
+    /// Cluster mode, when a cluster description is given.
+    pub cluster: Option<crate::cluster::node::ClusterSettings>,
 }
 
 impl Default for Settings {
@@ -119,7 +153,8 @@ impl Default for Settings {
             max_args: 64 * 1024,
             max_inline_len: 64 * 1024,
             rules_reload_ms: 1000,
-            log: "info".into(),
+            log: "info,openraft=error".into(),
+            cluster: None,
         }
     }
 }
@@ -144,18 +179,90 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size too large '{s}'"))
 }
 
+/// Cluster settings as gathered from the file and the flags, before validation.
+#[derive(Default)]
+struct ClusterRaw {
+    nodes: Option<String>,
+    node_id: Option<u64>,
+    replicas: Option<usize>,
+    groups: Option<u32>,
+    data_dir: Option<std::path::PathBuf>,
+    forward: Option<bool>,
+    fsync: Option<bool>,
+}
+
+impl ClusterRaw {
+    fn merge(&mut self, other: ClusterRaw) {
+        macro_rules! over {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        over!(nodes, node_id, replicas, groups, data_dir, forward, fsync);
+    }
+
+    fn build(self) -> Result<Option<crate::cluster::node::ClusterSettings>, String> {
+        use crate::cluster::spec::ClusterSpec;
+        let Some(nodes) = self.nodes else {
+            if self.node_id.is_some() {
+                return Err("--node-id needs --cluster-nodes".into());
+            }
+            return Ok(None);
+        };
+        let nodes = ClusterSpec::parse_nodes(&nodes)?;
+        let node_id = self
+            .node_id
+            .ok_or("cluster mode needs --node-id (this node's id in --cluster-nodes)")?;
+        let replicas = self.replicas.unwrap_or(3.min(nodes.len()));
+        let spec = ClusterSpec {
+            nodes,
+            replicas,
+            groups: self.groups.unwrap_or(16),
+        };
+        spec.validate()?;
+        if spec.node(node_id).is_none() {
+            return Err(format!("node id {node_id} is not in --cluster-nodes"));
+        }
+        let data_dir = self
+            .data_dir
+            .unwrap_or_else(|| std::path::PathBuf::from(format!("bucketd-data/node-{node_id}")));
+        let mut c = crate::cluster::node::ClusterSettings::new(node_id, spec, data_dir);
+        c.forward = self.forward.unwrap_or(false);
+        c.fsync = self.fsync.unwrap_or(false);
+        Ok(Some(c))
+    }
+}
+
 impl Settings {
     /// Defaults, then the file named by `--config` (if any), then the flags.
     pub fn resolve(flags: &Flags) -> Result<Settings, String> {
         let mut s = Settings::default();
+        let mut cluster = ClusterRaw::default();
         if let Some(path) = &flags.config {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-            let f: FileSettings = toml::from_str(&text)
+            let mut f: FileSettings = toml::from_str(&text)
                 .map_err(|e| format!("invalid config {}: {e}", path.display()))?;
+            cluster.merge(ClusterRaw {
+                nodes: f.cluster_nodes.take(),
+                node_id: f.node_id.take(),
+                replicas: f.replicas.take(),
+                groups: f.groups.take(),
+                data_dir: f.data_dir.take(),
+                forward: f.forward.take(),
+                fsync: f.fsync.take(),
+            });
             s.apply_file(f)?;
         }
         s.apply_flags(flags)?;
+        cluster.merge(ClusterRaw {
+            nodes: flags.cluster_nodes.clone(),
+            node_id: flags.node_id,
+            replicas: flags.replicas,
+            groups: flags.groups,
+            data_dir: flags.data_dir.clone(),
+            forward: flags.forward,
+            fsync: flags.fsync,
+        });
+        s.cluster = cluster.build()?;
         if s.shards == 0 {
             return Err("shards must be at least 1".into());
         }

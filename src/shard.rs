@@ -9,7 +9,8 @@
 
 use crate::clock::Clock;
 use crate::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
-use crate::store::Store;
+use crate::slot::key_slot;
+use crate::store::{Record, Store};
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -29,6 +30,24 @@ pub enum ShardMsg {
     Batch {
         cmds: Vec<KeyCmd>,
         reply: oneshot::Sender<Vec<Reply>>,
+    },
+    /// Commands of a committed Raft entry, applied at the entry's time.
+    ApplyAt {
+        now: u64,
+        cmds: Vec<KeyCmd>,
+        reply: oneshot::Sender<Vec<Reply>>,
+    },
+    /// Copies out the keys of a slot range (a group's snapshot).
+    Export {
+        slots: (u16, u16),
+        now: u64,
+        reply: oneshot::Sender<Vec<Record>>,
+    },
+    /// Replaces the keys of a slot range (installing a group's snapshot).
+    Import {
+        slots: (u16, u16),
+        records: Vec<Record>,
+        reply: oneshot::Sender<()>,
     },
     /// A new client connection to serve on this shard.
     Accept(std::net::TcpStream),
@@ -200,6 +219,28 @@ impl ShardCore {
             s.checks.fetch_add(st.checks, Ordering::Relaxed);
             s.denied.fetch_add(st.denied, Ordering::Relaxed);
         }
+    }
+
+    /// Applies a committed Raft entry's commands at the entry's time.
+    pub fn apply_at(&mut self, now: u64, cmds: Vec<KeyCmd>) -> Vec<Reply> {
+        let mut st = ExecStats::default();
+        let out: Vec<Reply> = cmds
+            .into_iter()
+            .map(|c| keyed::execute(&mut self.store, c, now, &mut st))
+            .collect();
+        let s = &self.stats;
+        s.commands.fetch_add(out.len() as u64, Ordering::Relaxed);
+        s.checks.fetch_add(st.checks, Ordering::Relaxed);
+        s.denied.fetch_add(st.denied, Ordering::Relaxed);
+        out
+    }
+
+    pub fn export(&self, (lo, hi): (u16, u16), now: u64) -> Vec<Record> {
+        self.store.export(now, |k| (lo..=hi).contains(&key_slot(k)))
+    }
+
+    pub fn import(&mut self, (lo, hi): (u16, u16), records: &[Record]) {
+        self.store.import(records, |k| (lo..=hi).contains(&key_slot(k)));
     }
 
     /// Applies a batch from another shard.

@@ -34,6 +34,25 @@ pub enum MultiCmd {
 }
 
 impl MultiCmd {
+    /// The command a single shard runs when it owns every key.
+    pub fn into_key_cmd(self) -> KeyCmd {
+        match self {
+            MultiCmd::Del(k) => KeyCmd::Del(k),
+            MultiCmd::Exists(k) => KeyCmd::Exists(k),
+            MultiCmd::CheckAll {
+                keys,
+                rules,
+                cost,
+                peek,
+            } => KeyCmd::CheckAll {
+                keys,
+                rules,
+                cost,
+                peek,
+            },
+        }
+    }
+
     pub fn keys(&self) -> &[Bytes] {
         match self {
             MultiCmd::Del(k) | MultiCmd::Exists(k) => k,

@@ -493,6 +493,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Cluster commands; standalone nodes answer CLUSTER KEYSLOT."
     ),
     spec!(
+        "asking",
+        1,
+        ["fast"],
+        0,
+        0,
+        0,
+        ["@fast", "@connection"],
+        "cluster",
+        "Lets the next command on this connection reach a slot being imported."
+    ),
+    spec!(
         "readonly",
         1,
         ["loading", "stale", "fast"],

@@ -39,7 +39,8 @@ pub fn render(node: &Node, sections: &[String]) -> String {
     if wanted(sections, "server") {
         let _ = write!(
             out,
-            "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nbucketd_version:{VERSION}\r\nredis_mode:standalone\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:bucketd\r\n\r\n",
+            "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nbucketd_version:{VERSION}\r\nredis_mode:{}\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:bucketd\r\n\r\n",
+            if node.cluster().is_some() { "cluster" } else { "standalone" },
             std::env::consts::OS,
             std::process::id(),
             node.addr.port(),
@@ -75,7 +76,8 @@ pub fn render(node: &Node, sections: &[String]) -> String {
         );
     }
     if wanted(sections, "cluster") {
-        out.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
+        let enabled = u8::from(node.cluster().is_some());
+        let _ = write!(out, "# Cluster\r\ncluster_enabled:{enabled}\r\n\r\n");
     }
     if wanted(sections, "keyspace") {
         out.push_str("# Keyspace\r\n");

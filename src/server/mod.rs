@@ -7,10 +7,12 @@
 //! are encoded (HELLO), that gate later commands (AUTH), or that span shards act as barriers:
 //! the round so far is flushed first, so order is kept.
 
+mod cluster_cmds;
 mod info;
 mod node_cmds;
 
 use crate::clock::Clock;
+use crate::cluster::node::{Cluster, ProposeError};
 use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
 use crate::cmd::{self, MultiCmd, Parsed, table};
 use crate::config::Settings;
@@ -82,15 +84,24 @@ pub struct Node {
     connected: AtomicUsize,
     limits: RequestLimits,
     shutdown: watch::Receiver<bool>,
+    /// Which shard owns each hash slot. Standalone: slots are dealt round-robin. Cluster: all
+    /// slots of a group live on one shard, so a group's keys can be snapshotted together.
+    slot_shard: Vec<u16>,
+    cluster: std::sync::OnceLock<Arc<Cluster>>,
 }
 
 impl Node {
+    /// The cluster this node belongs to, in cluster mode.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
     pub fn connected_clients(&self) -> usize {
         self.connected.load(Ordering::Relaxed)
     }
 
     fn shard_of(&self, key: &[u8]) -> usize {
-        usize::from(key_slot(key)) % self.shards.len()
+        usize::from(self.slot_shard[usize::from(key_slot(key))])
     }
 
     fn uptime_ms(&self) -> u64 {
@@ -111,6 +122,9 @@ impl NodeHandle {
     /// Stops accepting, closes every connection, stops the shards and waits for them.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        if let Some(c) = self.node.cluster() {
+            c.shutdown().await;
+        }
         for t in self.tasks {
             let _ = t.await;
         }
@@ -152,6 +166,16 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         }
     };
     let (max_keys, max_bytes) = (per(settings.max_keys), per(settings.maxmemory));
+    let slot_shard: Vec<u16> = (0..crate::slot::SLOTS)
+        .map(|slot| {
+            let unit = match &settings.cluster {
+                Some(c) => c.spec.group_of_slot(slot) as usize,
+                None => usize::from(slot),
+            };
+            (unit % n) as u16
+        })
+        .collect();
+    let cluster_settings = settings.cluster.clone();
     let node = Arc::new(Node {
         settings,
         shards: handles,
@@ -165,6 +189,8 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         connected: AtomicUsize::new(0),
         limits,
         shutdown: rx.clone(),
+        slot_shard,
+        cluster: std::sync::OnceLock::new(),
     });
     let mut threads = Vec::with_capacity(n);
     for (id, inbox) in inboxes.into_iter().enumerate() {
@@ -174,6 +200,12 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
             .spawn(move || shard_thread(node, id, inbox, Store::new(max_keys, max_bytes)))
             .map_err(|e| format!("cannot start shard thread: {e}"))?;
         threads.push(t);
+    }
+    if let Some(cs) = cluster_settings {
+        // The shard threads must already run: replaying the log applies entries through them.
+        let n_shards = node.shards.len();
+        let cluster = Cluster::start(cs, &node.shards, |g| g as usize % n_shards, node.clock.clone(), rx.clone()).await?;
+        let _ = node.cluster.set(cluster);
     }
     let mut tasks = vec![tokio::spawn(accept_loop(
         node.clone(),
@@ -237,6 +269,16 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
                     let replies = core.borrow_mut().apply_batch(cmds);
                     // The asking connection may have gone; its replies are then dropped.
                     let _ = reply.send(replies);
+                }
+                ShardMsg::ApplyAt { now, cmds, reply } => {
+                    let _ = reply.send(core.borrow_mut().apply_at(now, cmds));
+                }
+                ShardMsg::Export { slots, now, reply } => {
+                    let _ = reply.send(core.borrow().export(slots, now));
+                }
+                ShardMsg::Import { slots, records, reply } => {
+                    core.borrow_mut().import(slots, &records);
+                    let _ = reply.send(());
                 }
                 ShardMsg::Accept(std_stream) => match TcpStream::from_std(std_stream) {
                     Ok(stream) => {
@@ -392,9 +434,11 @@ enum Part {
     Shard(usize),
 }
 
-/// The requests of one round, split by shard.
+/// The requests of one round, split by shard (standalone) or by Raft group (cluster).
 struct Round {
     per_shard: Vec<Vec<KeyCmd>>,
+    /// Cluster mode: the hash slot of each command in `per_shard`, for -MOVED replies.
+    slots: Vec<Vec<u16>>,
     order: Vec<Part>,
     local: Vec<u8>,
 }
@@ -428,7 +472,10 @@ struct Conn {
 
 impl Conn {
     fn new(node: Arc<Node>, core: CoreRef, info: Arc<ClientInfo>) -> Conn {
-        let n = node.shards.len();
+        let n = match node.cluster() {
+            Some(c) => c.spec.groups as usize,
+            None => node.shards.len(),
+        };
         let my_shard = core.borrow().id;
         Conn {
             authed: node.settings.requirepass.is_none(),
@@ -440,6 +487,7 @@ impl Conn {
             quit: false,
             round: Round {
                 per_shard: (0..n).map(|_| Vec::new()).collect(),
+                slots: (0..n).map(|_| Vec::new()).collect(),
                 order: Vec::new(),
                 local: Vec::new(),
             },
@@ -538,6 +586,17 @@ impl Conn {
             }
             match cmd::parse(req, &rules) {
                 Err(e) => self.local_error(&e.message()),
+                Ok(Parsed::Keyed { route, cmd }) if self.node.cluster().is_some() => {
+                    self.push_to_group(key_slot(&route), cmd);
+                }
+                Ok(Parsed::Multi(m)) if self.node.cluster().is_some() => {
+                    let slot = key_slot(&m.keys()[0]);
+                    if m.keys().iter().all(|k| key_slot(k) == slot) {
+                        self.push_to_group(slot, m.into_key_cmd());
+                    } else {
+                        self.local_error("CROSSSLOT Keys in request don't hash to the same slot");
+                    }
+                }
                 Ok(Parsed::Keyed { route, cmd }) => {
                     let s = self.node.shard_of(&route);
                     self.round.per_shard[s].push(cmd);
@@ -546,22 +605,7 @@ impl Conn {
                 Ok(Parsed::Multi(m)) => {
                     let first = self.node.shard_of(&m.keys()[0]);
                     if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
-                        let cmd = match m {
-                            MultiCmd::Del(k) => KeyCmd::Del(k),
-                            MultiCmd::Exists(k) => KeyCmd::Exists(k),
-                            MultiCmd::CheckAll {
-                                keys,
-                                rules,
-                                cost,
-                                peek,
-                            } => KeyCmd::CheckAll {
-                                keys,
-                                rules,
-                                cost,
-                                peek,
-                            },
-                        };
-                        self.round.per_shard[first].push(cmd);
+                        self.round.per_shard[first].push(m.into_key_cmd());
                         self.round.order.push(Part::Shard(first));
                     } else {
                         self.flush(out).await?;
@@ -594,6 +638,52 @@ impl Conn {
         self.flush(out).await
     }
 
+    /// Cluster mode: queues a command for the group that owns `slot`.
+    fn push_to_group(&mut self, slot: u16, cmd: KeyCmd) {
+        let Some(c) = self.node.cluster() else {
+            return;
+        };
+        let g = c.group_of_slot(slot) as usize;
+        self.round.per_shard[g].push(cmd);
+        self.round.slots[g].push(slot);
+        self.round.order.push(Part::Shard(g));
+    }
+
+    /// Cluster mode: proposes each group's share of the round (all groups at once) and writes
+    /// the replies in order. A group that cannot take the batch answers each of its commands
+    /// with the error a Redis Cluster client acts on.
+    async fn flush_cluster(&mut self, cluster: Arc<Cluster>, out: &mut Vec<u8>) {
+        let n = self.round.per_shard.len();
+        let mut work = Vec::new();
+        for g in 0..n {
+            if !self.round.per_shard[g].is_empty() {
+                let cmds = std::mem::take(&mut self.round.per_shard[g]);
+                let slots = std::mem::take(&mut self.round.slots[g]);
+                let c = cluster.clone();
+                work.push(async move { (g, slots, c.propose(g as u32, cmds).await) });
+            }
+        }
+        let mut replies: Vec<std::vec::IntoIter<Reply>> = (0..n).map(|_| Vec::new().into_iter()).collect();
+        for (g, slots, result) in futures_util::future::join_all(work).await {
+            let list: Vec<Reply> = match result {
+                Ok(r) => r,
+                Err(e) => slots.iter().map(|&slot| Reply::Error(std::borrow::Cow::Owned(cluster_error(&cluster, slot, &e)))).collect(),
+            };
+            replies[g] = list.into_iter();
+        }
+        let mut w = ReplyWriter::new(out, self.resp3);
+        for part in self.round.order.drain(..) {
+            match part {
+                Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
+                Part::Shard(g) => match replies[g].next() {
+                    Some(r) => encode(&mut w, &r),
+                    None => w.error("ERR internal error: missing reply"),
+                },
+            }
+        }
+        self.round.local.clear();
+    }
+
     fn local_error(&mut self, msg: &str) {
         let start = self.round.local.len();
         ReplyWriter::new(&mut self.round.local, self.resp3).error(msg);
@@ -616,6 +706,11 @@ impl Conn {
     /// Runs every shard's share of the round, and writes all replies in order.
     async fn flush(&mut self, out: &mut Vec<u8>) -> Result<(), ShardGone> {
         if self.round.order.is_empty() {
+            return Ok(());
+        }
+        if let Some(c) = self.node.cluster() {
+            let c = c.clone();
+            self.flush_cluster(c, out).await;
             return Ok(());
         }
         let n = self.round.per_shard.len();
@@ -772,6 +867,18 @@ impl Conn {
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
         node_cmds::run(self, spec, args, buf).await
+    }
+}
+
+/// The reply a Redis Cluster client expects when a group cannot take a command.
+fn cluster_error(cluster: &Cluster, slot: u16, e: &ProposeError) -> String {
+    match e {
+        ProposeError::Moved(leader) => match cluster.spec.node(*leader) {
+            Some(n) => format!("MOVED {slot} {}", n.client_addr()),
+            None => "CLUSTERDOWN The cluster is down".to_string(),
+        },
+        ProposeError::ClusterDown => "CLUSTERDOWN The cluster is down".to_string(),
+        ProposeError::TryAgain(why) => format!("TRYAGAIN {why}"),
     }
 }
 

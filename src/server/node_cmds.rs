@@ -159,10 +159,21 @@ async fn dispatch(
                     a.finish()?;
                     ReplyWriter::new(buf, c.resp3).int(i64::from(key_slot(&key)));
                 }
-                _ => return Err(msg(NO_CLUSTER)),
+                _ => match c.node.cluster() {
+                    Some(cl) => {
+                        let cl = cl.clone();
+                        super::cluster_cmds::run(&cl, &sub, a, &mut ReplyWriter::new(buf, c.resp3))?;
+                    }
+                    None => return Err(msg(NO_CLUSTER)),
+                },
             }
         }
-        "readonly" | "readwrite" => return Err(msg(NO_CLUSTER)),
+        "readonly" | "readwrite" | "asking" => {
+            if c.node.cluster().is_none() {
+                return Err(msg(NO_CLUSTER));
+            }
+            ReplyWriter::new(buf, c.resp3).ok();
+        }
         other => return Err(msg(format!("ERR command '{other}' is not available here"))),
     }
     Ok(())
@@ -242,7 +253,7 @@ fn hello(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
     w.kv_str("version", REDIS_COMPAT_VERSION);
     w.kv_int("proto", if c.resp3 { 3 } else { 2 });
     w.kv_int("id", i64::try_from(c.info.id).unwrap_or(i64::MAX));
-    w.kv_str("mode", "standalone");
+    w.kv_str("mode", if c.node.cluster().is_some() { "cluster" } else { "standalone" });
     w.kv_str("role", "master");
     w.bulk(b"modules");
     w.array(0);
