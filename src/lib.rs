@@ -5,6 +5,8 @@
 //! the shard's keyspace (`store`) with the limiter algorithms (`limiter`), which are pure
 //! functions of state, rule, cost and an injected time (`clock`).
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod clock;
 pub mod cluster;
 pub mod cmd;
