@@ -16,7 +16,6 @@ use ahash::AHashMap;
 use arc_swap::ArcSwap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 /// One immutable set of rules.
 #[derive(Debug, Default, Clone)]
@@ -85,37 +84,47 @@ pub struct RuleStore {
     current: ArcSwap<RuleSet>,
     file: Option<PathBuf>,
     /// Serialises writers (admin commands and the reloader); readers never take it.
-    write: Mutex<FileStamp>,
+    write: Mutex<Watch>,
 }
 
-#[derive(Default, Clone, PartialEq, Eq)]
-struct FileStamp {
-    modified: Option<SystemTime>,
-    len: u64,
+/// What the reloader knows of the file: the content last applied (or rejected), and a change
+/// seen on the previous poll that is waiting to settle.
+#[derive(Default)]
+struct Watch {
+    applied: Option<u64>,
+    pending: Option<u64>,
 }
 
-fn stamp(path: &Path) -> Option<FileStamp> {
-    let md = std::fs::metadata(path).ok()?;
-    Some(FileStamp {
-        modified: md.modified().ok(),
-        len: md.len(),
-    })
+/// Identifies a version of the file by its content, so a rewrite is noticed even when its size
+/// and modification time do not change.
+fn content_hash(text: &str) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = ahash::RandomState::with_seeds(1, 2, 3, 4).build_hasher();
+    h.write(text.as_bytes());
+    h.finish()
+}
+
+fn read_file(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read rules file {}: {e}", path.display()))
 }
 
 impl RuleStore {
     /// Loads the file if one is given; a bad file at startup is an error.
     pub fn open(file: Option<PathBuf>) -> Result<RuleStore, String> {
-        let (set, st) = match &file {
+        let mut watch = Watch::default();
+        let set = match &file {
             Some(p) => {
-                let st = stamp(p).unwrap_or_default();
-                (load_file(p)?, st)
+                let text = read_file(p)?;
+                watch.applied = Some(content_hash(&text));
+                RuleSet::parse_toml(&text)?
             }
-            None => (RuleSet::default(), FileStamp::default()),
+            None => RuleSet::default(),
         };
         Ok(RuleStore {
             current: ArcSwap::from_pointee(set),
             file,
-            write: Mutex::new(st),
+            write: Mutex::new(watch),
         })
     }
 
@@ -148,48 +157,52 @@ impl RuleStore {
         removed
     }
 
-    /// Re-reads the rules file. On error the old rules stay in force and the error is returned.
+    /// Re-reads the rules file now. On error the old rules stay in force and the error is
+    /// returned.
     pub fn reload(&self) -> Result<usize, String> {
         let Some(path) = &self.file else {
             return Err("no rules file configured".into());
         };
         let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
-        let st = stamp(path).unwrap_or_default();
-        let set = load_file(path)?;
+        let text = read_file(path)?;
+        let hash = content_hash(&text);
+        w.pending = None;
+        w.applied = Some(hash);
+        let set = RuleSet::parse_toml(&text)?;
         let n = set.len();
         self.current.store(Arc::new(set));
-        *w = st;
         Ok(n)
     }
 
-    /// Reloads if the file changed since it was last read; `Ok(None)` if it did not.
+    /// Called periodically: reloads once the file has changed and then stayed the same for one
+    /// more poll, so a file caught half-written (which may well parse, with rules missing) is
+    /// not applied. `Ok(None)` when there is nothing to apply.
     pub fn reload_if_changed(&self) -> Result<Option<usize>, String> {
         let Some(path) = &self.file else {
             return Ok(None);
         };
-        let st = stamp(path).unwrap_or_default();
-        {
-            let w = self.write.lock().unwrap_or_else(|e| e.into_inner());
-            if *w == st {
-                return Ok(None);
-            }
+        let Ok(text) = read_file(path) else {
+            // A file being replaced may be briefly missing; the next poll sees it again.
+            return Ok(None);
+        };
+        let hash = content_hash(&text);
+        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        if w.applied == Some(hash) {
+            w.pending = None;
+            return Ok(None);
         }
-        match self.reload() {
-            Ok(n) => Ok(Some(n)),
-            Err(e) => {
-                // Remember the bad version so it is reported once, not every poll.
-                let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
-                *w = st;
-                Err(e)
-            }
+        if w.pending != Some(hash) {
+            w.pending = Some(hash);
+            return Ok(None);
         }
+        // Settled: apply it, or report it once and keep the rules in force.
+        w.pending = None;
+        w.applied = Some(hash);
+        let set = RuleSet::parse_toml(&text)?;
+        let n = set.len();
+        self.current.store(Arc::new(set));
+        Ok(Some(n))
     }
-}
-
-fn load_file(path: &Path) -> Result<RuleSet, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read rules file {}: {e}", path.display()))?;
-    RuleSet::parse_toml(&text)
 }
 
 #[cfg(test)]

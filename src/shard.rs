@@ -240,7 +240,8 @@ impl ShardCore {
     }
 
     pub fn import(&mut self, (lo, hi): (u16, u16), records: &[Record]) {
-        self.store.import(records, |k| (lo..=hi).contains(&key_slot(k)));
+        self.store
+            .import(records, |k| (lo..=hi).contains(&key_slot(k)));
     }
 
     /// Applies a batch from another shard.

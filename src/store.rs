@@ -12,6 +12,8 @@
 use crate::limiter::State;
 use hashbrown::HashTable;
 use hashbrown::hash_table::OccupiedEntry;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Number of parts the table is split into (a power of two).
 const PARTS: usize = 64;
@@ -55,22 +57,99 @@ pub struct EntryView<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreFull;
 
+/// The node's key and memory caps, shared by every shard's store so that they hold for the
+/// node as a whole however keys spread over shards. The shared counters are only touched when
+/// a cap is set, and only when a key is added or removed, never on a plain check.
+#[derive(Debug, Default)]
+pub struct Caps {
+    /// 0 = no cap.
+    pub max_keys: usize,
+    /// 0 = no cap.
+    pub max_bytes: usize,
+    keys: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Caps {
+    pub fn new(max_keys: usize, max_bytes: usize) -> Arc<Caps> {
+        Arc::new(Caps {
+            max_keys,
+            max_bytes,
+            ..Caps::default()
+        })
+    }
+
+    /// Takes room for one key of `bytes`; false if a cap would be passed.
+    fn reserve(&self, bytes: usize) -> bool {
+        if self.max_keys > 0 && self.keys.fetch_add(1, Ordering::Relaxed) >= self.max_keys {
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        if self.max_bytes > 0
+            && self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > self.max_bytes
+        {
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            if self.max_keys > 0 {
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+            }
+            return false;
+        }
+        true
+    }
+
+    /// Counts a key that is admitted regardless of the caps (a snapshot being installed).
+    fn force(&self, keys: usize, bytes: usize) {
+        if self.max_keys > 0 {
+            self.keys.fetch_add(keys, Ordering::Relaxed);
+        }
+        if self.max_bytes > 0 {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn release(&self, keys: usize, bytes: usize) {
+        if self.max_keys > 0 {
+            self.keys.fetch_sub(keys, Ordering::Relaxed);
+        }
+        if self.max_bytes > 0 {
+            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Counts and caps; kept beside the table so an entry and its accounting change together.
 #[derive(Debug, Default)]
 pub struct Usage {
     pub keys: usize,
     /// Bytes of live records plus the index slots they occupy.
     pub bytes: usize,
-    pub max_keys: usize,
-    pub max_bytes: usize,
+    pub caps: Arc<Caps>,
     pub expired: u64,
     pub rejected_full: u64,
 }
 
 impl Usage {
-    fn admits(&self, extra_bytes: usize) -> bool {
-        (self.max_keys == 0 || self.keys < self.max_keys)
-            && (self.max_bytes == 0 || self.bytes + extra_bytes <= self.max_bytes)
+    /// Accounts a new key of `cost` bytes, unless a cap is reached.
+    fn add(&mut self, cost: usize) -> bool {
+        if !self.caps.reserve(cost) {
+            self.rejected_full += 1;
+            return false;
+        }
+        self.keys += 1;
+        self.bytes += cost;
+        true
+    }
+
+    fn remove(&mut self, cost: usize) {
+        self.keys -= 1;
+        self.bytes = self.bytes.saturating_sub(cost);
+        self.caps.release(1, cost);
+    }
+
+    fn resize(&mut self, old: usize, new: usize) {
+        self.bytes = self.bytes.saturating_sub(old) + new;
+        self.caps.force(0, new);
+        self.caps.release(0, old);
     }
 }
 
@@ -382,7 +461,7 @@ impl<'a> LiveEntry<'a> {
         self.arena.extend_from_slice(self.scratch);
         kill(self.arena, self.dead, off);
         let new_len = head + self.scratch.len();
-        self.usage.bytes = self.usage.bytes.saturating_sub(old_len) + new_len;
+        self.usage.resize(old_len, new_len);
         *self.entry.get_mut() = new_off;
     }
 
@@ -404,8 +483,7 @@ impl<'a> LiveEntry<'a> {
         let off = *self.entry.get() as usize;
         let len = kill(self.arena, self.dead, off);
         self.entry.remove();
-        self.usage.keys -= 1;
-        self.usage.bytes = self.usage.bytes.saturating_sub(len + INDEX_COST);
+        self.usage.remove(len + INDEX_COST);
     }
 }
 
@@ -416,11 +494,11 @@ impl<'a> EmptySlot<'a> {
         encode_payload(value, expires_at, self.scratch);
         let cost =
             key_header_len(self.key.len()) + self.key.len() + self.scratch.len() + INDEX_COST;
-        if !self.usage.admits(cost) {
-            self.usage.rejected_full += 1;
+        if !self.usage.add(cost) {
             return Err(StoreFull);
         }
         let Some(off) = append(self.arena, self.key, self.scratch) else {
+            self.usage.remove(cost);
             self.usage.rejected_full += 1;
             return Err(StoreFull);
         };
@@ -428,14 +506,18 @@ impl<'a> EmptySlot<'a> {
         self.index.insert_unique(self.hash, off, |&o| {
             hasher.hash_one(key_of(arena, o as usize))
         });
-        self.usage.keys += 1;
-        self.usage.bytes += cost;
         Ok(())
     }
 }
 
 impl Store {
+    /// A store with caps of its own (0 = no cap).
     pub fn new(max_keys: usize, max_bytes: usize) -> Store {
+        Store::with_caps(Caps::new(max_keys, max_bytes))
+    }
+
+    /// A store that shares the node's caps with the other shards.
+    pub fn with_caps(caps: Arc<Caps>) -> Store {
         Store {
             parts: (0..PARTS).map(|_| Part::default()).collect(),
             // Fixed seeds keep the layout reproducible across runs.
@@ -446,8 +528,7 @@ impl Store {
                 0x082e_fa98_ec4e_6c89,
             ),
             usage: Usage {
-                max_keys,
-                max_bytes,
+                caps,
                 ..Usage::default()
             },
             sweep_cursor: 0,
@@ -488,8 +569,7 @@ impl Store {
                 }
                 let len = kill(arena, dead, off);
                 let (_, vacant) = occ.remove();
-                usage.keys -= 1;
-                usage.bytes = usage.bytes.saturating_sub(len + INDEX_COST);
+                usage.remove(len + INDEX_COST);
                 usage.expired += 1;
                 Slot::Empty(EmptySlot {
                     index: vacant.into_table(),
@@ -547,6 +627,7 @@ impl Store {
         for p in &mut self.parts {
             *p = Part::default();
         }
+        self.usage.caps.release(self.usage.keys, self.usage.bytes);
         self.usage.keys = 0;
         self.usage.bytes = 0;
     }
@@ -565,8 +646,7 @@ impl Store {
                 let off = *o as usize;
                 if is_expired(view(arena, off).expires_at, now) {
                     let len = kill(arena, dead, off);
-                    usage.keys -= 1;
-                    usage.bytes = usage.bytes.saturating_sub(len + INDEX_COST);
+                    usage.remove(len + INDEX_COST);
                     removed += 1;
                     false
                 } else {
@@ -633,9 +713,9 @@ impl Store {
         for k in doomed {
             self.remove(&k, 0);
         }
-        let caps = (self.usage.max_keys, self.usage.max_bytes);
-        self.usage.max_keys = 0;
-        self.usage.max_bytes = 0;
+        // Admit everything: swap in capless accounting, then carry the counts over.
+        let caps = std::mem::take(&mut self.usage.caps);
+        let (keys0, bytes0) = (self.usage.keys, self.usage.bytes);
         for r in records {
             let value = match &r.value {
                 OwnedValue::Bucket(s) => Value::Bucket(*s),
@@ -650,7 +730,11 @@ impl Store {
                 Slot::Empty(e) => e.insert(value, r.expires_at),
             };
         }
-        (self.usage.max_keys, self.usage.max_bytes) = caps;
+        caps.force(
+            self.usage.keys - keys0.min(self.usage.keys),
+            self.usage.bytes.saturating_sub(bytes0),
+        );
+        self.usage.caps = caps;
     }
 
     /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).

@@ -15,8 +15,8 @@ use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::store::Record;
 use openraft::impls::BasicNode;
-use openraft::type_config::async_runtime::WatchReceiver;
 use openraft::network::RaftNetworkFactory;
+use openraft::type_config::async_runtime::WatchReceiver;
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory};
 use std::collections::BTreeMap;
 use std::io;
@@ -72,14 +72,21 @@ fn gone() -> io::Error {
 impl Executor for ShardExecutor {
     async fn apply(&self, now: u64, cmds: Vec<KeyCmd>) -> io::Result<Vec<Reply>> {
         let (reply, rx) = oneshot::channel();
-        self.shard.send(ShardMsg::ApplyAt { now, cmds, reply }).await.map_err(|_| gone())?;
+        self.shard
+            .send(ShardMsg::ApplyAt { now, cmds, reply })
+            .await
+            .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())
     }
 
     async fn export(&self, now: u64) -> io::Result<Vec<Record>> {
         let (reply, rx) = oneshot::channel();
         self.shard
-            .send(ShardMsg::Export { slots: self.slots, now, reply })
+            .send(ShardMsg::Export {
+                slots: self.slots,
+                now,
+                reply,
+            })
             .await
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())
@@ -88,7 +95,11 @@ impl Executor for ShardExecutor {
     async fn import(&self, records: Vec<Record>) -> io::Result<()> {
         let (reply, rx) = oneshot::channel();
         self.shard
-            .send(ShardMsg::Import { slots: self.slots, records, reply })
+            .send(ShardMsg::Import {
+                slots: self.slots,
+                records,
+                reply,
+            })
             .await
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())
@@ -181,13 +192,23 @@ impl Cluster {
         ));
         let handle = runtime.handle();
         let faults = Arc::new(Faults::default());
-        let peers: Vec<(NodeId, String)> = settings.spec.nodes.iter().map(|n| (n.id, n.peer_addr())).collect();
+        let peers: Vec<(NodeId, String)> = settings
+            .spec
+            .nodes
+            .iter()
+            .map(|n| (n.id, n.peer_addr()))
+            .collect();
         let net = Network::new(me, &peers, faults.clone(), shutdown.clone());
-        let leaders: Arc<Vec<AtomicU64>> = Arc::new((0..settings.spec.groups).map(|_| AtomicU64::new(0)).collect());
+        let leaders: Arc<Vec<AtomicU64>> = Arc::new(
+            (0..settings.spec.groups)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        );
 
         let listener = {
             let addr = format!("{}:{}", bind_host(&my_spec.host), my_spec.peer_port);
-            let l = std::net::TcpListener::bind(&addr).map_err(|e| format!("cannot listen for peers on {addr}: {e}"))?;
+            let l = std::net::TcpListener::bind(&addr)
+                .map_err(|e| format!("cannot listen for peers on {addr}: {e}"))?;
             l.set_nonblocking(true).map_err(|e| e.to_string())?;
             l
         };
@@ -199,7 +220,11 @@ impl Cluster {
             election_timeout_max: settings.election_timeout_ms.1,
             ..Default::default()
         };
-        let config = Arc::new(config.validate().map_err(|e| format!("invalid Raft settings: {e}"))?);
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| format!("invalid Raft settings: {e}"))?,
+        );
 
         let mut plans = Vec::new();
         for g in 0..settings.spec.groups {
@@ -222,7 +247,8 @@ impl Cluster {
             let mut rafts: Vec<(GroupId, GroupRaft, Vec<NodeId>)> = Vec::new();
             for (g, placement, exec) in plans {
                 let dir = data_dir.join(format!("group-{g:04}"));
-                let log = FileLogStore::open(Some(dir.join("log")), fsync).map_err(|e| format!("group {g}: log: {e}"))?;
+                let log = FileLogStore::open(Some(dir.join("log")), fsync)
+                    .map_err(|e| format!("group {g}: log: {e}"))?;
                 let sm = GroupStateMachine::open(Arc::new(exec), Some(dir.join("snapshot")))
                     .map_err(|e| format!("group {g}: snapshot: {e}"))?;
                 let factory = NetFactory(GroupNetworkFactory::new(net2.clone(), g));
@@ -268,7 +294,9 @@ impl Cluster {
             tokio::spawn(rebalance_leaders(me, rebalance, shutdown_rb));
             Ok::<_, String>(rafts)
         });
-        let rafts = setup.await.map_err(|e| format!("cluster setup failed: {e}"))??;
+        let rafts = setup
+            .await
+            .map_err(|e| format!("cluster setup failed: {e}"))??;
         let mut groups: Vec<Option<GroupRaft>> = (0..settings.spec.groups).map(|_| None).collect();
         for (g, raft, _) in rafts {
             groups[g as usize] = Some(raft);
@@ -292,7 +320,11 @@ impl Cluster {
                 Err(e) => tracing::error!("peer listener: {e}"),
             }
         });
-        tracing::info!(node = me, groups = cluster.groups.iter().filter(|g| g.is_some()).count(), "joined the cluster");
+        tracing::info!(
+            node = me,
+            groups = cluster.groups.iter().filter(|g| g.is_some()).count(),
+            "joined the cluster"
+        );
         Ok(cluster)
     }
 
@@ -302,7 +334,11 @@ impl Cluster {
 
     /// The group's leader as last seen, if any.
     pub fn leader(&self, g: GroupId) -> Option<NodeId> {
-        match self.leaders.get(g as usize).map(|l| l.load(Ordering::Relaxed)) {
+        match self
+            .leaders
+            .get(g as usize)
+            .map(|l| l.load(Ordering::Relaxed))
+        {
             Some(0) | None => None,
             Some(id) => Some(id),
         }
@@ -339,7 +375,11 @@ impl Cluster {
     }
 
     /// Proposes on this node, which must lead the group; the leader stamps its time.
-    pub async fn propose_local(&self, g: GroupId, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ProposeError> {
+    pub async fn propose_local(
+        &self,
+        g: GroupId,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<Vec<Reply>, ProposeError> {
         let Some(raft) = self.raft(g) else {
             return match self.leader(g) {
                 Some(l) => Err(ProposeError::Moved(l)),
@@ -376,14 +416,23 @@ impl Cluster {
         });
         let _ = done.await;
         // Dropping the guard shuts the runtime down in the background.
-        drop(self.runtime.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(
+            self.runtime
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
     }
 }
 
 /// Hands leadership of a group back to its preferred replica once that replica has caught up,
 /// so that after elections and restarts the leaders (and the write load) stay spread over the
 /// nodes as placement intended.
-async fn rebalance_leaders(me: NodeId, groups: Vec<(GroupRaft, NodeId)>, mut shutdown: watch::Receiver<bool>) {
+async fn rebalance_leaders(
+    me: NodeId,
+    groups: Vec<(GroupRaft, NodeId)>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(1000));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -411,7 +460,11 @@ async fn rebalance_leaders(me: NodeId, groups: Vec<(GroupRaft, NodeId)>, mut shu
 /// Listening on the configured host name may not work inside a container, where the name
 /// resolves to an address of another interface; listen on every interface then.
 fn bind_host(host: &str) -> &str {
-    if host.parse::<std::net::IpAddr>().is_ok() { host } else { "0.0.0.0" }
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        host
+    } else {
+        "0.0.0.0"
+    }
 }
 
 fn parse_remote_error(e: &str) -> ProposeError {
@@ -440,17 +493,37 @@ impl Handler for PeerHandler {
                 Err(ProposeError::TryAgain(m)) => Err(m),
             };
         }
-        let raft = cluster.raft(group).ok_or_else(|| format!("no replica of group {group} here"))?;
+        let raft = cluster
+            .raft(group)
+            .ok_or_else(|| format!("no replica of group {group} here"))?;
         match rpc {
-            Rpc::Append(r) => raft.append_entries(r).await.map(RpcOk::Append).map_err(|e| e.to_string()),
-            Rpc::Vote(r) => raft.vote(r).await.map(RpcOk::Vote).map_err(|e| e.to_string()),
-            Rpc::PreVote(r) => raft.pre_vote(r).await.map(RpcOk::Vote).map_err(|e| e.to_string()),
+            Rpc::Append(r) => raft
+                .append_entries(r)
+                .await
+                .map(RpcOk::Append)
+                .map_err(|e| e.to_string()),
+            Rpc::Vote(r) => raft
+                .vote(r)
+                .await
+                .map(RpcOk::Vote)
+                .map_err(|e| e.to_string()),
+            Rpc::PreVote(r) => raft
+                .pre_vote(r)
+                .await
+                .map(RpcOk::Vote)
+                .map_err(|e| e.to_string()),
             Rpc::Snapshot { vote, snapshot } => {
                 let GroupSnapshotWire { meta, data } = snapshot;
-                raft.install_full_snapshot(vote, openraft::storage::Snapshot { meta, snapshot: data })
-                    .await
-                    .map(RpcOk::Snapshot)
-                    .map_err(|e| e.to_string())
+                raft.install_full_snapshot(
+                    vote,
+                    openraft::storage::Snapshot {
+                        meta,
+                        snapshot: data,
+                    },
+                )
+                .await
+                .map(RpcOk::Snapshot)
+                .map_err(|e| e.to_string())
             }
             Rpc::TransferLeader(r) => raft
                 .handle_transfer_leader(r)

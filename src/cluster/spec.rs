@@ -51,16 +51,20 @@ impl ClusterSpec {
             let parts: Vec<&str> = item.rsplitn(3, ':').collect();
             // rsplitn yields [peer_port, port, "ID:HOST"].
             let [peer, port, id_host] = parts[..] else {
-                return Err(format!("invalid node '{item}': expected ID:HOST:PORT:PEER_PORT"));
+                return Err(format!(
+                    "invalid node '{item}': expected ID:HOST:PORT:PEER_PORT"
+                ));
             };
             let (id, host) = id_host
                 .split_once(':')
                 .ok_or_else(|| format!("invalid node '{item}': expected ID:HOST:PORT:PEER_PORT"))?;
             let num = |v: &str, what: &str| -> Result<u64, String> {
-                v.parse::<u64>().map_err(|_| format!("invalid {what} in node '{item}'"))
+                v.parse::<u64>()
+                    .map_err(|_| format!("invalid {what} in node '{item}'"))
             };
             let port16 = |v: &str, what: &str| -> Result<u16, String> {
-                v.parse::<u16>().map_err(|_| format!("invalid {what} in node '{item}'"))
+                v.parse::<u16>()
+                    .map_err(|_| format!("invalid {what} in node '{item}'"))
             };
             nodes.push(NodeSpec {
                 id: num(id, "id")?,
@@ -123,10 +127,19 @@ impl ClusterSpec {
         let mut scored: Vec<(u64, NodeId)> = self
             .nodes
             .iter()
-            .map(|n| (mix(u64::from(g) << 32 ^ n.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)), n.id))
+            .map(|n| {
+                (
+                    mix(u64::from(g) << 32 ^ n.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                    n.id,
+                )
+            })
             .collect();
         scored.sort_unstable_by(|a, b| b.cmp(a));
-        scored.into_iter().take(self.replicas).map(|(_, id)| id).collect()
+        scored
+            .into_iter()
+            .take(self.replicas)
+            .map(|(_, id)| id)
+            .collect()
     }
 }
 
@@ -158,7 +171,8 @@ mod tests {
 
     #[test]
     fn parses_nodes() {
-        let nodes = ClusterSpec::parse_nodes("1:127.0.0.1:7001:17001, 2:node-b:6379:16379").unwrap();
+        let nodes =
+            ClusterSpec::parse_nodes("1:127.0.0.1:7001:17001, 2:node-b:6379:16379").unwrap();
         assert_eq!(nodes[1].host, "node-b");
         assert_eq!(nodes[1].client_addr(), "node-b:6379");
         assert_eq!(nodes[0].peer_addr(), "127.0.0.1:17001");

@@ -10,7 +10,9 @@
 //! to disk, and on restart openraft installs the last snapshot and re-applies the committed log
 //! after it.
 
-use crate::cluster::typ::{Applied, GroupSnapshot, LogId, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::cluster::typ::{
+    Applied, GroupSnapshot, LogId, SnapshotMeta, StoredMembership, TypeConfig,
+};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::store::Record;
 use futures_util::{Stream, TryStreamExt};
@@ -26,7 +28,11 @@ use std::sync::{Arc, Mutex};
 /// Where a group's keys live and how commands reach them.
 pub trait Executor: Send + Sync + 'static {
     /// Applies commands at time `now`, one reply per command.
-    fn apply(&self, now: u64, cmds: Vec<KeyCmd>) -> impl Future<Output = io::Result<Vec<Reply>>> + Send;
+    fn apply(
+        &self,
+        now: u64,
+        cmds: Vec<KeyCmd>,
+    ) -> impl Future<Output = io::Result<Vec<Reply>>> + Send;
     /// Copies out the group's keys.
     fn export(&self, now: u64) -> impl Future<Output = io::Result<Vec<Record>>> + Send;
     /// Replaces the group's keys with `records`.
@@ -61,7 +67,6 @@ struct Progress {
     membership: StoredMembership,
     /// The latest stamp applied: time inside the group never goes below it.
     last_ts: u64,
-    snapshot_seq: u64,
     current: Option<(SnapshotMeta, Vec<u8>)>,
 }
 
@@ -96,57 +101,74 @@ impl<E: Executor> GroupStateMachine<E> {
             dir,
         })
     }
-
-    fn persist(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<()> {
-        let Some(d) = &self.dir else {
-            return Ok(());
-        };
-        let file = SnapshotFile {
-            meta: meta.clone(),
-            data: data.to_vec(),
-        };
-        let bytes = bincode::serde::encode_to_vec(&file, bincode_cfg()).map_err(io_err)?;
-        let tmp = d.join("snapshot.bin.tmp");
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(tmp, d.join("snapshot.bin"))
-    }
 }
 
-/// Builds a snapshot from the group's current keys.
+/// A snapshot's content, taken between two applies; building only encodes and stores it.
 pub struct GroupSnapshotBuilder<E: Executor> {
-    exec: Arc<E>,
     progress: Arc<Mutex<Progress>>,
     dir: Option<PathBuf>,
+    meta: SnapshotMeta,
+    /// The copied keys, or why they could not be copied (then no snapshot is made).
+    body: Result<SnapshotBody, String>,
+    _exec: std::marker::PhantomData<E>,
 }
 
 impl<E: Executor> RaftSnapshotBuilder<TypeConfig> for GroupSnapshotBuilder<E> {
     type SnapshotData = Vec<u8>;
 
     async fn build_snapshot(&mut self) -> Result<GroupSnapshot, io::Error> {
-        // openraft does not apply entries while a snapshot is being built from this builder's
-        // view, so progress and keys read here describe the same point of the log.
-        let (last_applied, membership, last_ts, seq) = {
-            let mut p = lock(&self.progress);
-            p.snapshot_seq += 1;
-            (p.last_applied, p.membership.clone(), p.last_ts, p.snapshot_seq)
+        let body = match &mut self.body {
+            Ok(b) => SnapshotBody {
+                last_ts: b.last_ts,
+                records: std::mem::take(&mut b.records),
+            },
+            Err(e) => return Err(io::Error::other(format!("snapshot export failed: {e}"))),
         };
-        let records = self.exec.export(last_ts).await?;
-        let body = SnapshotBody { last_ts, records };
         let data = bincode::serde::encode_to_vec(&body, bincode_cfg()).map_err(io_err)?;
-        let _ = seq;
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-        };
-        let sm = GroupStateMachine {
-            exec: self.exec.clone(),
-            progress: self.progress.clone(),
-            dir: self.dir.clone(),
-        };
-        sm.persist(&meta, &data)?;
-        lock(&self.progress).current = Some((meta.clone(), data.clone()));
-        Ok(Snapshot { meta, snapshot: data })
+        let meta = self.meta.clone();
+        store_snapshot(&self.progress, self.dir.as_deref(), &meta, &data)?;
+        Ok(Snapshot {
+            meta,
+            snapshot: data,
+        })
     }
+}
+
+/// Makes `(meta, data)` the current snapshot, on disk first, unless a newer one is already
+/// current (a snapshot installed from the leader while this one was being built).
+fn store_snapshot(
+    progress: &Mutex<Progress>,
+    dir: Option<&std::path::Path>,
+    meta: &SnapshotMeta,
+    data: &[u8],
+) -> io::Result<()> {
+    let mut p = lock(progress);
+    if let Some((cur, _)) = &p.current
+        && cur.last_log_id > meta.last_log_id
+    {
+        return Ok(());
+    }
+    if let Some(d) = dir {
+        // The log is purged right after a snapshot: the snapshot must be durable first, so
+        // write a fresh file, fsync it, rename it over the old one and fsync the folder. The
+        // progress lock is held throughout, so two writers never share the temporary file.
+        let file = SnapshotFile {
+            meta: meta.clone(),
+            data: data.to_vec(),
+        };
+        let bytes = bincode::serde::encode_to_vec(&file, bincode_cfg()).map_err(io_err)?;
+        let tmp = d.join("snapshot.bin.tmp");
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, d.join("snapshot.bin"))?;
+        std::fs::File::open(d)?.sync_all()?;
+    }
+    p.current = Some((meta.clone(), data.to_vec()));
+    Ok(())
 }
 
 impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
@@ -187,28 +209,54 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // openraft calls this between applies, and then builds in another task while applies
+        // go on: the keys must be copied out here so the snapshot matches its log id exactly.
+        let (last_applied, membership, last_ts) = {
+            let p = lock(&self.progress);
+            (p.last_applied, p.membership.clone(), p.last_ts)
+        };
+        let body = self
+            .exec
+            .export(last_ts)
+            .await
+            .map(|records| SnapshotBody { last_ts, records })
+            .map_err(|e| e.to_string());
         GroupSnapshotBuilder {
-            exec: self.exec.clone(),
             progress: self.progress.clone(),
             dir: self.dir.clone(),
+            meta: SnapshotMeta {
+                last_log_id: last_applied,
+                last_membership: membership,
+            },
+            body,
+            _exec: std::marker::PhantomData,
         }
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> Result<(), io::Error> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Vec<u8>,
+    ) -> Result<(), io::Error> {
         let (body, _): (SnapshotBody, usize) =
             bincode::serde::decode_from_slice(&snapshot, bincode_cfg()).map_err(io_err)?;
         self.exec.import(body.records).await?;
-        self.persist(meta, &snapshot)?;
+        store_snapshot(&self.progress, self.dir.as_deref(), meta, &snapshot)?;
         let mut p = lock(&self.progress);
         p.last_applied = meta.last_log_id;
         p.membership = meta.last_membership.clone();
         p.last_ts = p.last_ts.max(body.last_ts);
-        p.current = Some((meta.clone(), snapshot));
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<GroupSnapshot>, io::Error> {
-        Ok(lock(&self.progress).current.clone().map(|(meta, data)| Snapshot { meta, snapshot: data }))
+        Ok(lock(&self.progress)
+            .current
+            .clone()
+            .map(|(meta, data)| Snapshot {
+                meta,
+                snapshot: data,
+            }))
     }
 }
 

@@ -38,7 +38,10 @@ pub enum Rpc {
     Append(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<TypeConfig>),
     PreVote(VoteRequest<TypeConfig>),
-    Snapshot { vote: Vote, snapshot: GroupSnapshotWire },
+    Snapshot {
+        vote: Vote,
+        snapshot: GroupSnapshotWire,
+    },
     TransferLeader(TransferLeaderRequest<TypeConfig>),
     /// Commands from a client connected to a node that does not lead the group.
     Forward(Vec<KeyCmd>),
@@ -62,8 +65,15 @@ pub enum RpcOk {
 
 #[derive(Serialize, Deserialize)]
 enum Frame {
-    Request { id: u64, group: GroupId, rpc: Rpc },
-    Response { id: u64, result: Result<RpcOk, String> },
+    Request {
+        id: u64,
+        group: GroupId,
+        rpc: Rpc,
+    },
+    Response {
+        id: u64,
+        result: Result<RpcOk, String>,
+    },
 }
 
 fn encode(frame: &Frame, out: &mut Vec<u8>) -> Result<(), String> {
@@ -76,7 +86,10 @@ fn encode(frame: &Frame, out: &mut Vec<u8>) -> Result<(), String> {
     Ok(())
 }
 
-async fn read_frame(r: &mut (impl AsyncReadExt + Unpin), buf: &mut Vec<u8>) -> std::io::Result<Frame> {
+async fn read_frame(
+    r: &mut (impl AsyncReadExt + Unpin),
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Frame> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
     let len = u32::from_le_bytes(len) as usize;
@@ -98,25 +111,41 @@ pub struct Faults {
 
 impl Faults {
     pub fn block(&self, peer: NodeId) {
-        self.blocked.write().unwrap_or_else(|e| e.into_inner()).insert(peer);
+        self.blocked
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer);
     }
 
     pub fn unblock(&self, peer: NodeId) {
-        self.blocked.write().unwrap_or_else(|e| e.into_inner()).remove(&peer);
+        self.blocked
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&peer);
     }
 
     pub fn heal(&self) {
-        self.blocked.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.blocked
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     pub fn is_blocked(&self, peer: NodeId) -> bool {
-        self.blocked.read().unwrap_or_else(|e| e.into_inner()).contains(&peer)
+        self.blocked
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&peer)
     }
 }
 
 /// Serves requests that peers send to this node.
 pub trait Handler: Send + Sync + 'static {
-    fn handle(&self, group: GroupId, rpc: Rpc) -> impl Future<Output = Result<RpcOk, String>> + Send;
+    fn handle(
+        &self,
+        group: GroupId,
+        rpc: Rpc,
+    ) -> impl Future<Output = Result<RpcOk, String>> + Send;
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<RpcOk, String>>>>>;
@@ -147,7 +176,12 @@ struct NetworkInner {
 
 impl Network {
     /// `peers` maps every other node to its peer address.
-    pub fn new(me: NodeId, peers: &[(NodeId, String)], faults: Arc<Faults>, shutdown: watch::Receiver<bool>) -> Network {
+    pub fn new(
+        me: NodeId,
+        peers: &[(NodeId, String)],
+        faults: Arc<Faults>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Network {
         let links = peers
             .iter()
             .filter(|(id, _)| *id != me)
@@ -197,11 +231,21 @@ impl Network {
     }
 
     /// Sends one request and waits for its response, at most `ttl`.
-    pub async fn call(&self, target: NodeId, group: GroupId, rpc: Rpc, ttl: Duration) -> Result<RpcOk, String> {
+    pub async fn call(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: Rpc,
+        ttl: Duration,
+    ) -> Result<RpcOk, String> {
         if self.inner.faults.is_blocked(target) {
             return Err(format!("link to node {target} is cut"));
         }
-        let link = self.inner.links.get(&target).ok_or_else(|| format!("unknown node {target}"))?;
+        let link = self
+            .inner
+            .links
+            .get(&target)
+            .ok_or_else(|| format!("unknown node {target}"))?;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let mut bytes = Vec::new();
         encode(&Frame::Request { id, group, rpc }, &mut bytes)?;
@@ -241,20 +285,28 @@ impl Network {
 
     /// Owns one connection: writes queued frames in batches, reads responses. When the
     /// connection fails every waiting request fails with it, and the next request reconnects.
-    async fn run_link(self, target: NodeId, addr: String, mut rx: mpsc::UnboundedReceiver<Vec<u8>>, pending: Pending) {
+    async fn run_link(
+        self,
+        target: NodeId,
+        addr: String,
+        mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+        pending: Pending,
+    ) {
         let fail_all = |why: &str| {
             for (_, tx) in lock(&pending).drain() {
                 let _ = tx.send(Err(why.to_string()));
             }
         };
-        let stream = match tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(&addr)).await {
-            Ok(Ok(s)) => s,
-            _ => {
-                rx.close();
-                fail_all(&format!("cannot connect to node {target} at {addr}"));
-                return;
-            }
-        };
+        let stream =
+            match tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(&addr)).await
+            {
+                Ok(Ok(s)) => s,
+                _ => {
+                    rx.close();
+                    fail_all(&format!("cannot connect to node {target} at {addr}"));
+                    return;
+                }
+            };
         let _ = stream.set_nodelay(true);
         let (mut rd, mut wr) = stream.into_split();
         // Say who we are, so the peer can apply link faults to us.
@@ -317,7 +369,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Accepts peer connections and serves their requests with `handler`.
-pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, faults: Arc<Faults>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    faults: Arc<Faults>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             res = listener.accept() => {
@@ -330,7 +387,12 @@ pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, faults: A
     }
 }
 
-async fn serve_peer<H: Handler>(stream: TcpStream, handler: Arc<H>, faults: Arc<Faults>, mut shutdown: watch::Receiver<bool>) {
+async fn serve_peer<H: Handler>(
+    stream: TcpStream,
+    handler: Arc<H>,
+    faults: Arc<Faults>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let (mut rd, mut wr) = stream.into_split();
     let mut who = [0u8; 8];
     if rd.read_exact(&mut who).await.is_err() {
@@ -401,7 +463,10 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(target, group_id, Rpc::Append(rpc), option.soft_ttl()).await {
+        match self
+            .call(target, group_id, Rpc::Append(rpc), option.soft_ttl())
+            .await
+        {
             Ok(RpcOk::Append(r)) => Ok(r),
             Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
             Err(e) => Err(RPCError::Unreachable(unreachable(e))),
@@ -415,7 +480,10 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(target, group_id, Rpc::Vote(rpc), option.soft_ttl()).await {
+        match self
+            .call(target, group_id, Rpc::Vote(rpc), option.soft_ttl())
+            .await
+        {
             Ok(RpcOk::Vote(r)) => Ok(r),
             Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
             Err(e) => Err(RPCError::Unreachable(unreachable(e))),
@@ -429,7 +497,10 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(target, group_id, Rpc::PreVote(rpc), option.soft_ttl()).await {
+        match self
+            .call(target, group_id, Rpc::PreVote(rpc), option.soft_ttl())
+            .await
+        {
             Ok(RpcOk::Vote(r)) => Ok(r),
             Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
             Err(e) => Err(RPCError::Unreachable(unreachable(e))),
@@ -449,7 +520,15 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
             meta: snapshot.meta,
             data: snapshot.snapshot,
         };
-        let call = self.call(target, group_id, Rpc::Snapshot { vote, snapshot: wire }, option.hard_ttl());
+        let call = self.call(
+            target,
+            group_id,
+            Rpc::Snapshot {
+                vote,
+                snapshot: wire,
+            },
+            option.hard_ttl(),
+        );
         tokio::select! {
             r = call => match r {
                 Ok(RpcOk::Snapshot(r)) => Ok(r),
@@ -467,7 +546,15 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self.call(target, group_id, Rpc::TransferLeader(req), option.soft_ttl()).await {
+        match self
+            .call(
+                target,
+                group_id,
+                Rpc::TransferLeader(req),
+                option.soft_ttl(),
+            )
+            .await
+        {
             Ok(RpcOk::TransferLeader(r)) => Ok(r),
             Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
             Err(e) => Err(RPCError::Unreachable(unreachable(e))),

@@ -42,6 +42,8 @@ pub enum ExpireCond {
     Xx,
     Gt,
     Lt,
+    /// XX and LT: only a key that has a TTL, and only to shorten it.
+    XxLt,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -218,11 +220,13 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
                 })
             }
         },
-        KeyCmd::Type(key) => Reply::Simple(Cow::Borrowed(match store.get(&key, now).map(|e| e.value) {
-            None => "none",
-            Some(Value::Bucket(_)) => "bucket",
-            Some(_) => "string",
-        })),
+        KeyCmd::Type(key) => {
+            Reply::Simple(Cow::Borrowed(match store.get(&key, now).map(|e| e.value) {
+                None => "none",
+                Some(Value::Bucket(_)) => "bucket",
+                Some(_) => "string",
+            }))
+        }
         KeyCmd::Del(keys) => {
             Reply::Int(keys.iter().filter(|k| store.remove(k, now)).count() as i64)
         }
@@ -417,6 +421,7 @@ fn expire(
         // A key without TTL counts as an infinite TTL for GT and LT.
         ExpireCond::Gt => current != 0 && target > i128::from(current),
         ExpireCond::Lt => current == 0 || target < i128::from(current),
+        ExpireCond::XxLt => current != 0 && target < i128::from(current),
     };
     if !allowed {
         return Reply::Int(0);

@@ -158,13 +158,13 @@ pub fn parse(req: Vec<Bytes>, rules: &RuleSet) -> Result<Parsed, ParseError> {
                     spec.name
                 ))
             })?;
-            let cond = match a.next_opt() {
-                None => ExpireCond::Always,
-                Some(c) => match c.to_ascii_uppercase().as_slice() {
-                    b"NX" => ExpireCond::Nx,
-                    b"XX" => ExpireCond::Xx,
-                    b"GT" => ExpireCond::Gt,
-                    b"LT" => ExpireCond::Lt,
+            let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+            while let Some(c) = a.next_opt() {
+                match c.to_ascii_uppercase().as_slice() {
+                    b"NX" => nx = true,
+                    b"XX" => xx = true,
+                    b"GT" => gt = true,
+                    b"LT" => lt = true,
                     _ => {
                         return Err(ArgError::Msg(format!(
                             "ERR Unsupported option {}",
@@ -172,7 +172,28 @@ pub fn parse(req: Vec<Bytes>, rules: &RuleSet) -> Result<Parsed, ParseError> {
                         ))
                         .into());
                     }
-                },
+                }
+            }
+            if nx && (xx || gt || lt) {
+                return Err(ArgError::Msg(
+                    "ERR NX and XX, GT or LT options at the same time are not compatible".into(),
+                )
+                .into());
+            }
+            if gt && lt {
+                return Err(ArgError::Msg(
+                    "ERR GT and LT options at the same time are not compatible".into(),
+                )
+                .into());
+            }
+            // GT already needs an existing TTL, so XX adds nothing to it; LT with XX does.
+            let cond = match (nx, xx, gt, lt) {
+                (true, ..) => ExpireCond::Nx,
+                (_, _, true, _) => ExpireCond::Gt,
+                (_, true, _, true) => ExpireCond::XxLt,
+                (_, _, _, true) => ExpireCond::Lt,
+                (_, true, ..) => ExpireCond::Xx,
+                _ => ExpireCond::Always,
             };
             a.finish()?;
             let absolute = spec.name.ends_with("at");

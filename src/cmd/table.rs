@@ -440,7 +440,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     spec!(
         "bk.checkall",
         -4,
-        ["write", "denyoom", "fast"],
+        ["write", "denyoom", "fast", "movablekeys"],
         2,
         2,
         1,

@@ -12,7 +12,9 @@ use crate::protocol::{ArgError, Args, ReplyWriter};
 /// The group's leader as this node sees it; the preferred replica while none is known, so
 /// clients always get a full slot map (a wrong guess costs them one -MOVED).
 fn leader_or_preferred(c: &Cluster, g: GroupId) -> NodeId {
-    c.leader(g).or_else(|| c.spec.placement(g).first().copied()).unwrap_or(c.me)
+    c.leader(g)
+        .or_else(|| c.spec.placement(g).first().copied())
+        .unwrap_or(c.me)
 }
 
 /// Replicas of `g`, leader first.
@@ -31,7 +33,12 @@ fn write_node(w: &mut ReplyWriter, n: &NodeSpec) {
     w.map(0);
 }
 
-pub(super) fn run(c: &Cluster, sub: &str, a: &mut Args, w: &mut ReplyWriter) -> Result<(), ArgError> {
+pub(super) fn run(
+    c: &Cluster,
+    sub: &str,
+    a: &mut Args,
+    w: &mut ReplyWriter,
+) -> Result<(), ArgError> {
     match sub {
         "MYID" => {
             a.finish()?;
@@ -85,10 +92,18 @@ pub(super) fn run(c: &Cluster, sub: &str, a: &mut Args, w: &mut ReplyWriter) -> 
                     .filter(|&g| leader_or_preferred(c, g) == n.id)
                     .map(|g| {
                         let (lo, hi) = c.spec.group_slots(g);
-                        if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
+                        if lo == hi {
+                            lo.to_string()
+                        } else {
+                            format!("{lo}-{hi}")
+                        }
                     })
                     .collect();
-                let flags = if n.id == c.me { "myself,master" } else { "master" };
+                let flags = if n.id == c.me {
+                    "myself,master"
+                } else {
+                    "master"
+                };
                 text.push_str(&format!(
                     "{} {}:{}@{} {} - 0 0 1 connected{}{}\n",
                     n.redis_id(),
@@ -104,7 +119,9 @@ pub(super) fn run(c: &Cluster, sub: &str, a: &mut Args, w: &mut ReplyWriter) -> 
         }
         "INFO" => {
             a.finish()?;
-            let led = (0..c.spec.groups).filter(|&g| c.leader(g).is_some()).count();
+            let led = (0..c.spec.groups)
+                .filter(|&g| c.leader(g).is_some())
+                .count();
             let ok_slots: u32 = (0..c.spec.groups)
                 .filter(|&g| c.leader(g).is_some())
                 .map(|g| {
@@ -118,7 +135,11 @@ pub(super) fn run(c: &Cluster, sub: &str, a: &mut Args, w: &mut ReplyWriter) -> 
                 .iter()
                 .filter(|n| (0..c.spec.groups).any(|g| leader_or_preferred(c, g) == n.id))
                 .count();
-            let state = if led == c.spec.groups as usize { "ok" } else { "fail" };
+            let state = if led == c.spec.groups as usize {
+                "ok"
+            } else {
+                "fail"
+            };
             let text = format!(
                 "cluster_state:{state}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{ok_slots}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{}\r\ncluster_size:{masters}\r\ncluster_current_epoch:1\r\ncluster_my_epoch:1\r\ncluster_groups:{}\r\ncluster_replicas:{}\r\n",
                 16384 - ok_slots,

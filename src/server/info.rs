@@ -40,7 +40,11 @@ pub fn render(node: &Node, sections: &[String]) -> String {
         let _ = write!(
             out,
             "# Server\r\nredis_version:{REDIS_COMPAT_VERSION}\r\nbucketd_version:{VERSION}\r\nredis_mode:{}\r\nos:{}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nexecutable:bucketd\r\n\r\n",
-            if node.cluster().is_some() { "cluster" } else { "standalone" },
+            if node.cluster().is_some() {
+                "cluster"
+            } else {
+                "standalone"
+            },
             std::env::consts::OS,
             std::process::id(),
             node.addr.port(),
@@ -96,7 +100,7 @@ pub fn render(node: &Node, sections: &[String]) -> String {
             node.stats.checks_per_sec.load(Ordering::Relaxed),
             sum(&|s| s.rejected_full.load(Ordering::Relaxed)),
             node.rules.load().len(),
-            if keys > 0 { used / keys } else { 0 },
+            used.checked_div(keys).unwrap_or(0),
         );
         for s in &node.shards {
             let _ = write!(

@@ -158,14 +158,9 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         max_inline_len: settings.max_inline_len,
     };
     let (tx, rx) = watch::channel(false);
-    let per = |total: usize| {
-        if total == 0 {
-            0
-        } else {
-            total.div_ceil(n).max(1)
-        }
-    };
-    let (max_keys, max_bytes) = (per(settings.max_keys), per(settings.maxmemory));
+    // One set of caps for the whole node, shared by the shards' stores.
+    let caps = crate::store::Caps::new(settings.max_keys, settings.maxmemory);
+
     let slot_shard: Vec<u16> = (0..crate::slot::SLOTS)
         .map(|slot| {
             let unit = match &settings.cluster {
@@ -195,16 +190,24 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     let mut threads = Vec::with_capacity(n);
     for (id, inbox) in inboxes.into_iter().enumerate() {
         let node = node.clone();
+        let caps = caps.clone();
         let t = std::thread::Builder::new()
             .name(format!("shard-{id}"))
-            .spawn(move || shard_thread(node, id, inbox, Store::new(max_keys, max_bytes)))
+            .spawn(move || shard_thread(node, id, inbox, Store::with_caps(caps)))
             .map_err(|e| format!("cannot start shard thread: {e}"))?;
         threads.push(t);
     }
     if let Some(cs) = cluster_settings {
         // The shard threads must already run: replaying the log applies entries through them.
         let n_shards = node.shards.len();
-        let cluster = Cluster::start(cs, &node.shards, |g| g as usize % n_shards, node.clock.clone(), rx.clone()).await?;
+        let cluster = Cluster::start(
+            cs,
+            &node.shards,
+            |g| g as usize % n_shards,
+            node.clock.clone(),
+            rx.clone(),
+        )
+        .await?;
         let _ = node.cluster.set(cluster);
     }
     let mut tasks = vec![tokio::spawn(accept_loop(
@@ -276,7 +279,11 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
                 ShardMsg::Export { slots, now, reply } => {
                     let _ = reply.send(core.borrow().export(slots, now));
                 }
-                ShardMsg::Import { slots, records, reply } => {
+                ShardMsg::Import {
+                    slots,
+                    records,
+                    reply,
+                } => {
                     core.borrow_mut().import(slots, &records);
                     let _ = reply.send(());
                 }
@@ -663,11 +670,17 @@ impl Conn {
                 work.push(async move { (g, slots, c.propose(g as u32, cmds).await) });
             }
         }
-        let mut replies: Vec<std::vec::IntoIter<Reply>> = (0..n).map(|_| Vec::new().into_iter()).collect();
+        let mut replies: Vec<std::vec::IntoIter<Reply>> =
+            (0..n).map(|_| Vec::new().into_iter()).collect();
         for (g, slots, result) in futures_util::future::join_all(work).await {
             let list: Vec<Reply> = match result {
                 Ok(r) => r,
-                Err(e) => slots.iter().map(|&slot| Reply::Error(std::borrow::Cow::Owned(cluster_error(&cluster, slot, &e)))).collect(),
+                Err(e) => slots
+                    .iter()
+                    .map(|&slot| {
+                        Reply::Error(std::borrow::Cow::Owned(cluster_error(&cluster, slot, &e)))
+                    })
+                    .collect(),
             };
             replies[g] = list.into_iter();
         }
@@ -716,10 +729,10 @@ impl Conn {
         let n = self.round.per_shard.len();
         // Send the other shards their batches first, so they work while this one does.
         let mut waits: Vec<Option<oneshot::Receiver<Vec<Reply>>>> = (0..n).map(|_| None).collect();
-        for s in 0..n {
+        for (s, wait) in waits.iter_mut().enumerate() {
             if s != self.my_shard && !self.round.per_shard[s].is_empty() {
                 let batch = std::mem::take(&mut self.round.per_shard[s]);
-                waits[s] = Some(self.node.shards[s].submit(batch).await?);
+                *wait = Some(self.node.shards[s].submit(batch).await?);
             }
         }
         let mut replies: Vec<std::vec::IntoIter<Reply>> =
@@ -796,22 +809,38 @@ impl Conn {
                     }
                 }
                 let allowed = shard_ok.iter().all(|&ok| ok);
-                if !allowed && !peek {
+                if !allowed {
+                    // Shards whose limits all passed give back what they took (unless this was
+                    // a peek), then report what those limits have now, exactly as a refused
+                    // check on a single shard reports its passing limits.
                     for (s, idx) in groups.iter().enumerate() {
                         if idx.is_empty() || !shard_ok[s] {
                             continue;
                         }
-                        let cmd = KeyCmd::Refund {
-                            keys: idx.iter().map(|&i| keys[i].clone()).collect(),
-                            rules: idx.iter().map(|&i| rules[i]).collect(),
-                            cost,
-                        };
-                        self.dispatch(s, vec![cmd]).await?.replies().await?;
-                        for &i in idx {
-                            let limit = each[i][1];
-                            each[i][2] = each[i][2]
-                                .saturating_add(i64::try_from(cost).unwrap_or(i64::MAX))
-                                .min(limit);
+                        let keys_s: Vec<Bytes> = idx.iter().map(|&i| keys[i].clone()).collect();
+                        let rules_s: Vec<_> = idx.iter().map(|&i| rules[i]).collect();
+                        let mut cmds = Vec::with_capacity(2);
+                        if !peek {
+                            cmds.push(KeyCmd::Refund {
+                                keys: keys_s.clone(),
+                                rules: rules_s.clone(),
+                                cost,
+                            });
+                        }
+                        cmds.push(KeyCmd::CheckAll {
+                            keys: keys_s,
+                            rules: rules_s,
+                            cost: 0,
+                            peek: true,
+                        });
+                        let replies = self.dispatch(s, cmds).await?.replies().await?;
+                        if let Some(Reply::LimitAll(_, now)) = replies.last() {
+                            for (j, &i) in idx.iter().enumerate() {
+                                if let Some(r) = now.get(j) {
+                                    each[i] = *r;
+                                    each[i][0] = 1;
+                                }
+                            }
                         }
                     }
                 }
