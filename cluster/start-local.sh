@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Starts a three-node bucketd cluster on loopback (client ports 7001-7003, peer ports
 # 17001-17003), each node with its own data directory, and waits until every slot is served.
-# Stop it with cluster/stop-local.sh. Override with BASE_PORT, PEER_BASE_PORT, DATA_DIR, GROUPS.
+# Stop it with cluster/stop-local.sh. Override with BASE_PORT, PEER_BASE_PORT, DATA_DIR, SHARD_GROUPS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BASE_PORT=${BASE_PORT:-7000}
 PEER_BASE_PORT=${PEER_BASE_PORT:-17000}
 DATA_DIR=${DATA_DIR:-cluster/data}
-GROUPS_N=${GROUPS:-16}
+GROUPS_N=${SHARD_GROUPS:-16}
 BIN=${BIN:-target/release/bucketd}
 
 [ -x "$BIN" ] || cargo build --release

@@ -6,7 +6,7 @@ pub mod table;
 
 use crate::limiter::cell::CellArgs;
 use crate::limiter::{Rule, parse_spec};
-use crate::protocol::{ArgError, Args};
+use crate::protocol::{ArgError, Args, Request};
 use crate::rules::RuleSet;
 use bytes::Bytes;
 use keyed::{ExpireCond, KeyCmd, SetCond, SetExpiry};
@@ -82,13 +82,13 @@ impl ParseError {
     }
 }
 
-fn unknown_command(req: &[Bytes]) -> ParseError {
-    let name = String::from_utf8_lossy(&req[0]);
+fn unknown_command(req: &Request) -> ParseError {
+    let name = String::from_utf8_lossy(req.name());
     let mut msg = format!(
         "ERR unknown command '{}', with args beginning with: ",
         truncate(&name)
     );
-    for a in req.iter().skip(1).take(8) {
+    for a in (1..req.len().min(9)).filter_map(|i| req.get(i)) {
         msg.push_str(&format!("'{}' ", truncate(&String::from_utf8_lossy(a))));
     }
     ParseError::Unknown(msg)
@@ -114,15 +114,13 @@ pub fn resolve_spec(spec: &[u8], rules: &RuleSet) -> Result<Rule, ArgError> {
 }
 
 /// Parses `req` (non-empty) into a command.
-pub fn parse(req: Vec<Bytes>, rules: &RuleSet) -> Result<Parsed, ParseError> {
-    let Some(spec) = table::lookup(&req[0]) else {
+pub fn parse(req: Request, rules: &RuleSet) -> Result<Parsed, ParseError> {
+    let Some(spec) = table::lookup(req.name()) else {
         return Err(unknown_command(&req));
     };
     if !table::arity_ok(spec, req.len()) {
         return Err(ArgError::WrongArity(spec.name.to_string()).into());
     }
-    let mut req = req;
-    req.remove(0);
     let mut a = Args::new(spec.name, req);
     let keyed = |route: Bytes, cmd: KeyCmd| Ok(Parsed::Keyed { route, cmd });
     match spec.name {
@@ -299,10 +297,12 @@ fn parse_cost_peek(a: &mut Args) -> Result<(u64, bool), ArgError> {
     let mut cost = 1;
     let mut peek = false;
     while a.remaining() > 0 {
-        match a.next_keyword()?.as_str() {
-            "COST" => cost = a.next_u64()?,
-            "PEEK" => peek = true,
-            _ => return Err(ArgError::Syntax),
+        if a.next_is("COST") {
+            cost = a.next_u64()?;
+        } else if a.next_is("PEEK") {
+            peek = true;
+        } else {
+            return Err(ArgError::Syntax);
         }
     }
     Ok((cost, peek))

@@ -1,5 +1,6 @@
 //! A cursor over a request's arguments, used by every command parser.
 
+use crate::protocol::request::Request;
 use bytes::Bytes;
 use std::fmt;
 
@@ -27,10 +28,12 @@ impl fmt::Display for ArgError {
     }
 }
 
-/// Arguments after the command name. `name` is the lowercased command name, for errors.
+/// A cursor over a request's arguments after the command name. `name` is the lowercased
+/// command name, for errors.
 pub struct Args {
     name: &'static str,
-    items: std::vec::IntoIter<Bytes>,
+    req: Request,
+    pos: usize,
 }
 
 /// Parses a signed 64-bit integer exactly as Redis does: no spaces, no '+', no leading zeros
@@ -47,11 +50,8 @@ pub fn parse_i64(b: &[u8]) -> Option<i64> {
 }
 
 impl Args {
-    pub fn new(name: &'static str, rest: Vec<Bytes>) -> Args {
-        Args {
-            name,
-            items: rest.into_iter(),
-        }
+    pub fn new(name: &'static str, req: Request) -> Args {
+        Args { name, req, pos: 1 }
     }
 
     pub fn name(&self) -> &'static str {
@@ -59,27 +59,44 @@ impl Args {
     }
 
     pub fn remaining(&self) -> usize {
-        self.items.len()
+        self.req.len().saturating_sub(self.pos)
     }
 
     pub fn arity_error(&self) -> ArgError {
         ArgError::WrongArity(self.name.to_string())
     }
 
-    pub fn next_bytes(&mut self) -> Result<Bytes, ArgError> {
-        self.items
-            .next()
+    /// The next argument, borrowed from the request.
+    fn next_slice(&mut self) -> Result<&[u8], ArgError> {
+        let i = self.pos;
+        if i >= self.req.len() {
+            return Err(self.arity_error());
+        }
+        self.pos += 1;
+        self.req
+            .get(i)
             .ok_or_else(|| ArgError::WrongArity(self.name.to_string()))
     }
 
+    /// The next argument as a slice that can be kept (keys, values).
+    pub fn next_bytes(&mut self) -> Result<Bytes, ArgError> {
+        let b = self.req.bytes(self.pos).ok_or_else(|| self.arity_error())?;
+        self.pos += 1;
+        Ok(b)
+    }
+
     pub fn next_opt(&mut self) -> Option<Bytes> {
-        self.items.next()
+        let b = self.req.bytes(self.pos)?;
+        self.pos += 1;
+        Some(b)
     }
 
     /// The next argument as UTF-8 text.
     pub fn next_string(&mut self) -> Result<String, ArgError> {
-        let b = self.next_bytes()?;
-        String::from_utf8(b.to_vec()).map_err(|_| ArgError::Syntax)
+        let b = self.next_slice()?;
+        std::str::from_utf8(b)
+            .map(str::to_string)
+            .map_err(|_| ArgError::Syntax)
     }
 
     /// The next argument uppercased, for matching keywords.
@@ -87,9 +104,21 @@ impl Args {
         Ok(self.next_string()?.to_ascii_uppercase())
     }
 
+    /// True (and consumed) if the next argument is `kw`, in any case; no allocation.
+    pub fn next_is(&mut self, kw: &str) -> bool {
+        let hit = self
+            .req
+            .get(self.pos)
+            .is_some_and(|b| b.eq_ignore_ascii_case(kw.as_bytes()));
+        if hit {
+            self.pos += 1;
+        }
+        hit
+    }
+
     pub fn next_i64(&mut self) -> Result<i64, ArgError> {
-        let b = self.next_bytes()?;
-        parse_i64(&b).ok_or(ArgError::NotInteger)
+        let b = self.next_slice()?;
+        parse_i64(b).ok_or(ArgError::NotInteger)
     }
 
     /// A non-negative integer.
@@ -100,12 +129,16 @@ impl Args {
 
     /// Everything left, in order.
     pub fn rest(&mut self) -> Vec<Bytes> {
-        self.items.by_ref().collect()
+        let out = (self.pos..self.req.len())
+            .filter_map(|i| self.req.bytes(i))
+            .collect();
+        self.pos = self.req.len();
+        out
     }
 
     /// Errors if arguments remain: trailing arguments are a mistake, not something to ignore.
     pub fn finish(&self) -> Result<(), ArgError> {
-        if self.items.len() == 0 {
+        if self.remaining() == 0 {
             Ok(())
         } else {
             Err(ArgError::Syntax)

@@ -579,7 +579,7 @@ impl Conn {
     /// Handles one round of requests, appending every reply to `out` in order.
     async fn run_round(
         &mut self,
-        reqs: Vec<Vec<Bytes>>,
+        reqs: Vec<crate::protocol::Request>,
         out: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
         let rules = self.node.rules.load();
@@ -587,7 +587,7 @@ impl Conn {
             if self.quit {
                 break;
             }
-            if !self.authed && !is_no_auth(&req[0]) {
+            if !self.authed && !is_no_auth(req.name()) {
                 self.local_error("NOAUTH Authentication required.");
                 continue;
             }
