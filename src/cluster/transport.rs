@@ -453,6 +453,23 @@ fn unexpected() -> String {
     "unexpected response type".to_string()
 }
 
+impl Network {
+    /// One request-response RPC, with the expected kind of answer picked out by `pick`.
+    async fn rpc<T>(
+        &self,
+        target: NodeId,
+        group: GroupId,
+        rpc: Rpc,
+        option: &RPCOption,
+        pick: fn(RpcOk) -> Option<T>,
+    ) -> Result<T, RPCError<TypeConfig>> {
+        match self.call(target, group, rpc, option.soft_ttl()).await {
+            Ok(ok) => pick(ok).ok_or_else(|| RPCError::Unreachable(unreachable(unexpected()))),
+            Err(e) => Err(RPCError::Unreachable(unreachable(e))),
+        }
+    }
+}
+
 impl GroupRouter<TypeConfig, GroupId> for Network {
     type SnapshotData = Vec<u8>;
 
@@ -463,14 +480,11 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(target, group_id, Rpc::Append(rpc), option.soft_ttl())
-            .await
-        {
-            Ok(RpcOk::Append(r)) => Ok(r),
-            Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(e))),
-        }
+        self.rpc(target, group_id, Rpc::Append(rpc), &option, |ok| match ok {
+            RpcOk::Append(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn vote(
@@ -480,14 +494,11 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(target, group_id, Rpc::Vote(rpc), option.soft_ttl())
-            .await
-        {
-            Ok(RpcOk::Vote(r)) => Ok(r),
-            Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(e))),
-        }
+        self.rpc(target, group_id, Rpc::Vote(rpc), &option, |ok| match ok {
+            RpcOk::Vote(r) => Some(r),
+            _ => None,
+        })
+        .await
     }
 
     async fn pre_vote(
@@ -497,14 +508,17 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(target, group_id, Rpc::PreVote(rpc), option.soft_ttl())
-            .await
-        {
-            Ok(RpcOk::Vote(r)) => Ok(r),
-            Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(e))),
-        }
+        self.rpc(
+            target,
+            group_id,
+            Rpc::PreVote(rpc),
+            &option,
+            |ok| match ok {
+                RpcOk::Vote(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
     }
 
     async fn full_snapshot(
@@ -546,18 +560,16 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         req: TransferLeaderRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
-        match self
-            .call(
-                target,
-                group_id,
-                Rpc::TransferLeader(req),
-                option.soft_ttl(),
-            )
-            .await
-        {
-            Ok(RpcOk::TransferLeader(r)) => Ok(r),
-            Ok(_) => Err(RPCError::Unreachable(unreachable(unexpected()))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(e))),
-        }
+        self.rpc(
+            target,
+            group_id,
+            Rpc::TransferLeader(req),
+            &option,
+            |ok| match ok {
+                RpcOk::TransferLeader(r) => Some(r),
+                _ => None,
+            },
+        )
+        .await
     }
 }
