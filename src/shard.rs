@@ -176,6 +176,21 @@ pub struct ShardCore {
     clock: Arc<dyn Clock>,
     last_now: u64,
     stats: Arc<ShardStats>,
+    freed_since_trim: usize,
+    last_trim: std::time::Instant,
+}
+
+/// Keys expired since the last trim that make another trim worth it.
+const TRIM_AFTER: usize = 10_000;
+
+/// Returns free heap memory to the operating system (glibc keeps it otherwise).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases memory the allocator holds free; it touches no
+    // memory owned by Rust code and is safe to call from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Shared within one shard thread only (tasks of one single-threaded event loop).
@@ -194,6 +209,8 @@ impl ShardCore {
             clock,
             last_now: 0,
             stats,
+            freed_since_trim: 0,
+            last_trim: std::time::Instant::now(),
         }
     }
 
@@ -260,7 +277,16 @@ impl ShardCore {
     /// One step of active expiry, then publishes the figures INFO shows.
     pub fn sweep(&mut self) {
         let now = self.now();
-        self.store.sweep(now, SWEEP_PARTS_PER_TICK);
+        self.freed_since_trim += self.store.sweep(now, SWEEP_PARTS_PER_TICK);
+        // Freed records go back to the allocator, which keeps them; after a large expiry hand
+        // them back to the operating system, so RSS follows the active callers. At most once a
+        // second: trimming walks the allocator's free lists.
+        if self.freed_since_trim >= TRIM_AFTER && self.last_trim.elapsed() >= Duration::from_secs(1)
+        {
+            self.freed_since_trim = 0;
+            self.last_trim = std::time::Instant::now();
+            release_free_memory();
+        }
         let u = &self.store.usage;
         let s = &self.stats;
         s.keys.store(u.keys as u64, Ordering::Relaxed);

@@ -126,6 +126,8 @@ pub struct Usage {
     pub caps: Arc<Caps>,
     pub expired: u64,
     pub rejected_full: u64,
+    /// Parts the sweep has walked (a part with nothing due is skipped without a walk).
+    pub sweep_walks: u64,
 }
 
 impl Usage {
@@ -381,7 +383,32 @@ struct Part {
     arena: Vec<u8>,
     /// Bytes of dead records in the arena.
     dead: usize,
+    /// Expiry bookkeeping for the sweep.
+    timing: PartTiming,
 }
+
+/// When a part is worth sweeping: keys that never expire cost nothing, and a part where keys
+/// only trickle out is not walked on every pass.
+#[derive(Default)]
+struct PartTiming {
+    /// No key of the part expires before this (0: none has an expiry). May be early, never late.
+    next_expiry: u64,
+    /// Do not walk the part again before this time, unless nothing has been swept for long.
+    cooldown_until: u64,
+}
+
+impl PartTiming {
+    fn note(&mut self, expires_at: u64) {
+        if expires_at != 0 && (self.next_expiry == 0 || expires_at < self.next_expiry) {
+            self.next_expiry = expires_at;
+        }
+    }
+}
+
+/// After a walk that removed only this fraction of a part (1 in N), the part rests.
+const TRICKLE: usize = 64;
+/// How long a part rests after a walk that removed little, in ns.
+const REST_NS: u64 = 1_000_000_000;
 
 impl Part {
     /// Rewrites the arena without dead records once they are half of it.
@@ -421,6 +448,7 @@ pub struct LiveEntry<'a> {
     entry: OccupiedEntry<'a, u32>,
     arena: &'a mut Vec<u8>,
     dead: &'a mut usize,
+    timing: &'a mut PartTiming,
     usage: &'a mut Usage,
     scratch: &'a mut Vec<u8>,
 }
@@ -428,6 +456,7 @@ pub struct LiveEntry<'a> {
 pub struct EmptySlot<'a> {
     index: &'a mut HashTable<u32>,
     arena: &'a mut Vec<u8>,
+    timing: &'a mut PartTiming,
     hasher: &'a ahash::RandomState,
     usage: &'a mut Usage,
     scratch: &'a mut Vec<u8>,
@@ -443,6 +472,7 @@ impl<'a> LiveEntry<'a> {
     /// Replaces the value and expiry: in place when the record keeps its size, otherwise as a
     /// new record (the old one becomes dead space for the next compaction).
     pub fn set(&mut self, value: Value<'_>, expires_at: u64) {
+        self.timing.note(expires_at);
         let off = *self.entry.get() as usize;
         let l = layout(self.arena, off);
         let old_len = record_len(self.arena, off);
@@ -497,6 +527,7 @@ impl<'a> EmptySlot<'a> {
         if !self.usage.add(cost) {
             return Err(StoreFull);
         }
+        self.timing.note(expires_at);
         let Some(off) = append(self.arena, self.key, self.scratch) else {
             self.usage.remove(cost);
             self.usage.rejected_full += 1;
@@ -554,7 +585,12 @@ impl Store {
             scratch,
             ..
         } = self;
-        let Part { index, arena, dead } = &mut parts[Self::part_of(hash)];
+        let Part {
+            index,
+            arena,
+            dead,
+            timing,
+        } = &mut parts[Self::part_of(hash)];
         match index.find_entry(hash, |&o| key_of(arena, o as usize) == key) {
             Ok(occ) => {
                 let off = *occ.get() as usize;
@@ -563,6 +599,7 @@ impl Store {
                         entry: occ,
                         arena,
                         dead,
+                        timing,
                         usage,
                         scratch,
                     });
@@ -574,6 +611,7 @@ impl Store {
                 Slot::Empty(EmptySlot {
                     index: vacant.into_table(),
                     arena,
+                    timing,
                     hasher,
                     usage,
                     scratch,
@@ -584,6 +622,7 @@ impl Store {
             Err(absent) => Slot::Empty(EmptySlot {
                 index: absent.into_table(),
                 arena,
+                timing,
                 hasher,
                 usage,
                 scratch,
@@ -641,21 +680,46 @@ impl Store {
             self.sweep_cursor = (self.sweep_cursor + 1) % PARTS;
             let usage = &mut self.usage;
             let part = &mut self.parts[idx];
-            let Part { index, arena, dead } = part;
-            index.retain(|o| {
-                let off = *o as usize;
-                if is_expired(view(arena, off).expires_at, now) {
-                    let len = kill(arena, dead, off);
-                    usage.remove(len + INDEX_COST);
-                    removed += 1;
-                    false
+            let t = &part.timing;
+            let due = t.next_expiry != 0 && t.next_expiry <= now && t.cooldown_until <= now;
+            if due {
+                usage.sweep_walks += 1;
+                let Part {
+                    index,
+                    arena,
+                    dead,
+                    timing,
+                } = &mut *part;
+                let before = index.len();
+                let mut next = 0u64;
+                index.retain(|o| {
+                    let off = *o as usize;
+                    let exp = view(arena, off).expires_at;
+                    if is_expired(exp, now) {
+                        let len = kill(arena, dead, off);
+                        usage.remove(len + INDEX_COST);
+                        false
+                    } else {
+                        if exp != 0 && (next == 0 || exp < next) {
+                            next = exp;
+                        }
+                        true
+                    }
+                });
+                let gone = before - index.len();
+                removed += gone;
+                timing.next_expiry = next;
+                timing.cooldown_until = if gone * TRICKLE < before {
+                    now.saturating_add(REST_NS)
                 } else {
-                    true
-                }
-            });
+                    0
+                };
+            }
             if part.index.is_empty() {
-                // Give everything back, not just the records.
-                *part = Part::default();
+                if part.arena.capacity() > 0 {
+                    // Give everything back, not just the records.
+                    *part = Part::default();
+                }
                 continue;
             }
             part.maybe_compact();
@@ -859,6 +923,30 @@ mod tests {
         // Live records are 30 bytes each; without compaction eight rounds would leave ~7x that.
         let arena: usize = s.parts.iter().map(|p| p.arena.len()).sum();
         assert!(arena < 20_000 * 30 * 3, "dead space not reclaimed: {arena}");
+    }
+
+    #[test]
+    fn sweep_walks_only_parts_with_something_due() {
+        let mut s = Store::new(0, 0);
+        for i in 0..10_000u32 {
+            put(&mut s, &i.to_be_bytes(), Value::Int(1), 0, 0).unwrap();
+        }
+        s.sweep(1_000, Store::parts());
+        assert_eq!(
+            s.usage.sweep_walks, 0,
+            "keys without expiry are never walked"
+        );
+        for i in 0..10_000u32 {
+            let exp = if i == 7 { 500 } else { 1_000_000_000_000 };
+            put(&mut s, &(i + 100_000).to_be_bytes(), Value::Int(1), exp, 0).unwrap();
+        }
+        s.sweep(100, Store::parts());
+        assert_eq!(s.usage.sweep_walks, 0, "nothing is due yet");
+        assert_eq!(s.sweep(600, Store::parts()), 1);
+        assert_eq!(s.usage.sweep_walks, 1, "only the part holding the due key");
+        // One key trickling out rests its part; a full expiry is swept at once.
+        assert_eq!(s.sweep(1_000_000_000_001, Store::parts()), 9_999);
+        assert_eq!(s.len(), 10_000);
     }
 
     #[test]
