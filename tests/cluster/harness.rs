@@ -1,0 +1,779 @@
+//! What every cluster scenario needs: free ports, temporary data folders, a three-node cluster
+//! running in this process (each node on its own `ManualClock`), a small RESP client, a client
+//! that follows `-MOVED` and retries `-CLUSTERDOWN`/`-TRYAGAIN`, and bounded waiting.
+
+use bucketd::clock::ManualClock;
+use bucketd::cluster::node::{Cluster, ClusterSettings};
+use bucketd::cluster::spec::{ClusterSpec, NodeSpec};
+use bucketd::cluster::typ::{GroupId, NodeId};
+use bucketd::cmd::Parsed;
+use bucketd::cmd::keyed::Reply;
+use bucketd::config::Settings;
+use bucketd::server::{self, NodeHandle};
+use bucketd::slot::key_slot;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// Where every node's clock starts: 2023-11-14T22:13:20Z, in nanoseconds.
+pub const START_NS: u64 = 1_700_000_000_000_000_000;
+
+/// The longest any one scenario may run before it fails instead of hanging the suite.
+pub const TEST_DEADLINE: Duration = Duration::from_secs(90);
+
+/// How long one reply may take before the client gives up on the connection.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Groups in the test clusters: enough that every node leads some.
+pub const GROUPS: u32 = 8;
+
+/// One scenario at a time: each runs a whole cluster, and timings (elections, failover,
+/// replies within the write timeout) mean little on a machine the scenarios share.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long a command may take to be served through retries and redirections.
+pub const SERVE: Duration = Duration::from_secs(20);
+
+/// Runs a scenario alone and with a deadline, so a hang fails the test instead of the run.
+pub async fn bounded<F: Future>(f: F) -> F::Output {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let t0 = Instant::now();
+    match tokio::time::timeout(TEST_DEADLINE, f).await {
+        Ok(v) => {
+            println!("scenario took {:?}", t0.elapsed());
+            v
+        }
+        Err(_) => panic!("scenario did not finish within {TEST_DEADLINE:?}"),
+    }
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics naming `what` after `limit`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// A port nothing listens on. Ports come from below the kernel's ephemeral range
+/// (32768 and up by default), so no client socket's local port can take a port that a node
+/// binds again after a restart; each test process starts at its own offset.
+pub fn free_port() -> u16 {
+    const LO: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let base = (std::process::id() % 48) * 250;
+    for _ in 0..SPAN {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = (LO + (base + n) % SPAN) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) {
+            return port;
+        }
+    }
+    panic!("no free port between {LO} and {}", LO + SPAN);
+}
+
+/// A folder under the system temp dir, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "bucketd-cluster-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        TempDir(d)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A cluster description of `n` nodes on fresh local ports, three replicas per group.
+pub fn local_spec(n: u64, groups: u32) -> ClusterSpec {
+    ClusterSpec {
+        nodes: (1..=n)
+            .map(|id| NodeSpec {
+                id,
+                host: "127.0.0.1".into(),
+                port: free_port(),
+                peer_port: free_port(),
+            })
+            .collect(),
+        replicas: 3.min(n as usize),
+        groups,
+    }
+}
+
+/// A key whose slot belongs to group `g`.
+pub fn key_in_group(spec: &ClusterSpec, prefix: &str, g: GroupId) -> String {
+    (0u32..)
+        .map(|i| format!("{prefix}:{i}"))
+        .find(|k| spec.group_of_slot(key_slot(k.as_bytes())) == g)
+        .expect("some key lands in every group")
+}
+
+pub fn group_of_key(spec: &ClusterSpec, key: &str) -> GroupId {
+    spec.group_of_slot(key_slot(key.as_bytes()))
+}
+
+/// How the test cluster's nodes are set up.
+#[derive(Clone, Copy)]
+pub struct Opts {
+    pub nodes: u64,
+    pub groups: u32,
+    pub forward: bool,
+    /// How long a write may wait for its group before `-TRYAGAIN` (the default: 500 ms).
+    pub write_timeout: Option<Duration>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            nodes: 3,
+            groups: GROUPS,
+            forward: false,
+            write_timeout: None,
+        }
+    }
+}
+
+impl Opts {
+    /// For scenarios that count exactly through a healthy cluster: a write timeout long
+    /// enough that a loaded machine does not turn slow commits into `-TRYAGAIN`.
+    pub fn patient() -> Opts {
+        Opts {
+            write_timeout: Some(Duration::from_secs(5)),
+            ..Opts::default()
+        }
+    }
+}
+
+/// A cluster of nodes running in this process. Node `id` is at index `id - 1`; a stopped
+/// node keeps its data folder, so starting it again is a restart.
+pub struct TestCluster {
+    pub spec: ClusterSpec,
+    pub clocks: Vec<Arc<ManualClock>>,
+    nodes: Vec<Option<NodeHandle>>,
+    opts: Opts,
+    dir: TempDir,
+}
+
+impl TestCluster {
+    /// Starts every node and waits until every group has a leader all nodes agree on.
+    pub async fn start(tag: &str, opts: Opts) -> TestCluster {
+        let spec = local_spec(opts.nodes, opts.groups);
+        let mut c = TestCluster {
+            clocks: (0..opts.nodes)
+                .map(|_| ManualClock::new(START_NS))
+                .collect(),
+            nodes: (0..opts.nodes).map(|_| None).collect(),
+            spec,
+            opts,
+            dir: TempDir::new(tag),
+        };
+        for id in c.ids() {
+            c.start_node(id).await;
+        }
+        c.wait_leaders(Duration::from_secs(10)).await;
+        c
+    }
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.spec.nodes.iter().map(|n| n.id).collect()
+    }
+
+    /// Ids of the nodes that are running.
+    pub fn running(&self) -> Vec<NodeId> {
+        self.ids()
+            .into_iter()
+            .filter(|&id| self.nodes[idx(id)].is_some())
+            .collect()
+    }
+
+    pub fn data_dir(&self, id: NodeId) -> PathBuf {
+        self.dir.path().join(format!("node-{id}"))
+    }
+
+    pub fn cluster_settings(&self, id: NodeId) -> ClusterSettings {
+        let mut cs = ClusterSettings::new(id, self.spec.clone(), self.data_dir(id));
+        cs.forward = self.opts.forward;
+        if let Some(t) = self.opts.write_timeout {
+            cs.write_timeout = t;
+        }
+        cs
+    }
+
+    /// Starts (or restarts) node `id` with its data folder.
+    pub async fn start_node(&mut self, id: NodeId) {
+        assert!(
+            self.nodes[idx(id)].is_none(),
+            "node {id} is already running"
+        );
+        let n = self.spec.node(id).expect("node in spec").clone();
+        let s = Settings {
+            bind: "127.0.0.1".into(),
+            port: n.port,
+            shards: 2,
+            cluster: Some(self.cluster_settings(id)),
+            ..Settings::default()
+        };
+        let h = match tokio::time::timeout(
+            Duration::from_secs(15),
+            server::start(s, self.clocks[idx(id)].clone()),
+        )
+        .await
+        {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => panic!("node {id} does not start: {e}"),
+            Err(_) => panic!("node {id} did not start within 15 s"),
+        };
+        self.nodes[idx(id)] = Some(h);
+    }
+
+    /// Stops node `id` (its Raft groups, peer links and shards); its data folder stays.
+    pub async fn stop_node(&mut self, id: NodeId) {
+        let h = self.nodes[idx(id)].take().expect("node is running");
+        tokio::time::timeout(Duration::from_secs(10), h.shutdown())
+            .await
+            .unwrap_or_else(|_| panic!("node {id} did not stop within 10 s"));
+    }
+
+    pub async fn stop_all(&mut self) {
+        for id in self.running() {
+            self.stop_node(id).await;
+        }
+    }
+
+    pub fn handle(&self, id: NodeId) -> &NodeHandle {
+        self.nodes[idx(id)]
+            .as_ref()
+            .unwrap_or_else(|| panic!("node {id} is not running"))
+    }
+
+    pub fn cluster(&self, id: NodeId) -> &Arc<Cluster> {
+        self.handle(id).node.cluster().expect("cluster mode")
+    }
+
+    pub fn addr(&self, id: NodeId) -> String {
+        self.spec.node(id).expect("node in spec").client_addr()
+    }
+
+    pub fn addrs(&self) -> Vec<String> {
+        self.ids().iter().map(|&id| self.addr(id)).collect()
+    }
+
+    /// Node id listening at a client address.
+    pub fn id_of_addr(&self, addr: &str) -> Option<NodeId> {
+        self.spec
+            .nodes
+            .iter()
+            .find(|n| n.client_addr() == addr)
+            .map(|n| n.id)
+    }
+
+    /// The leader of `g` if every running replica of `g` names the same running node, and
+    /// that node names itself.
+    pub fn agreed_leader(&self, g: GroupId) -> Option<NodeId> {
+        let replicas: Vec<NodeId> = self
+            .spec
+            .placement(g)
+            .into_iter()
+            .filter(|id| self.nodes[idx(*id)].is_some())
+            .collect();
+        let first = self.cluster(*replicas.first()?).leader(g)?;
+        let all_agree = replicas
+            .iter()
+            .all(|&id| self.cluster(id).leader(g) == Some(first));
+        (all_agree && self.nodes[idx(first)].is_some()).then_some(first)
+    }
+
+    /// Waits until every group has an agreed leader; returns them by group.
+    pub async fn wait_leaders(&self, limit: Duration) -> Vec<NodeId> {
+        wait_for("every group to have an agreed leader", limit, || async {
+            (0..self.spec.groups)
+                .map(|g| self.agreed_leader(g))
+                .collect::<Option<Vec<NodeId>>>()
+        })
+        .await
+    }
+
+    /// Runs one keyed command straight on node `id`'s own copy of the key, bypassing Raft:
+    /// what this replica's state machine holds, at this node's clock.
+    pub async fn local(&self, id: NodeId, args: &[&str]) -> Reply {
+        let node = &self.handle(id).node;
+        let req = bucketd::protocol::Request::from_args(args);
+        let rules = node.rules.load();
+        let Ok(Parsed::Keyed { route, cmd }) = bucketd::cmd::parse(req, &rules) else {
+            panic!("{args:?} is not a single-key command");
+        };
+        // In cluster mode every slot of a group lives on shard (group % shards).
+        let shard = group_of_key(&self.spec, std::str::from_utf8(&route).expect("utf-8 key"))
+            as usize
+            % node.shards.len();
+        let mut replies = node.shards[shard]
+            .call(vec![cmd])
+            .await
+            .expect("shard is running");
+        replies.remove(0)
+    }
+
+    /// The five fields of a limit command run on node `id`'s local copy.
+    pub async fn local_limit(&self, id: NodeId, args: &[&str]) -> [i64; 5] {
+        match self.local(id, args).await {
+            Reply::Limit(l) => l,
+            other => panic!("{args:?} on node {id} locally: expected a limit reply, got {other:?}"),
+        }
+    }
+}
+
+/// A scenario that failed half-way still stops its nodes, so they do not load the machine
+/// while the other scenarios run. The test's runtime is going away, so each node is stopped
+/// on a thread of its own, not waited for.
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for h in self.nodes.iter_mut().filter_map(Option::take) {
+            std::thread::spawn(move || {
+                if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    rt.block_on(async {
+                        let _ = tokio::time::timeout(Duration::from_secs(10), h.shutdown()).await;
+                    });
+                }
+            });
+        }
+    }
+}
+
+fn idx(id: NodeId) -> usize {
+    usize::try_from(id).expect("small id") - 1
+}
+
+/// A decoded RESP2 reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Resp>>),
+}
+
+impl Resp {
+    pub fn is_error(&self) -> bool {
+        matches!(self, Resp::Error(_))
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Resp::Error(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn int(&self) -> i64 {
+        match self {
+            Resp::Int(v) => *v,
+            other => panic!("expected an integer, got {other:?}"),
+        }
+    }
+
+    pub fn array(&self) -> &[Resp] {
+        match self {
+            Resp::Array(Some(items)) => items,
+            other => panic!("expected an array, got {other:?}"),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        match self {
+            Resp::Simple(s) => s.clone(),
+            Resp::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("expected a string, got {other:?}"),
+        }
+    }
+
+    /// The five integers of a limit reply.
+    pub fn limit(&self) -> [i64; 5] {
+        let v: Vec<i64> = self.array().iter().map(Resp::int).collect();
+        v.try_into()
+            .unwrap_or_else(|v| panic!("expected five integers, got {v:?}"))
+    }
+}
+
+/// A plain (not cluster-aware) RESP2 connection.
+pub struct Conn {
+    pub addr: String,
+    stream: BufReader<TcpStream>,
+}
+
+fn timed_out(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string())
+}
+
+impl Conn {
+    pub async fn connect(addr: &str) -> std::io::Result<Conn> {
+        let s = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr))
+            .await
+            .map_err(|_| timed_out("connect"))??;
+        s.set_nodelay(true)?;
+        Ok(Conn {
+            addr: addr.to_string(),
+            stream: BufReader::new(s),
+        })
+    }
+
+    /// Sends one command and reads its reply (at most `REPLY_TIMEOUT`).
+    pub async fn call(&mut self, args: &[&str]) -> std::io::Result<Resp> {
+        self.call_within(args, REPLY_TIMEOUT).await
+    }
+
+    pub async fn call_within(&mut self, args: &[&str], limit: Duration) -> std::io::Result<Resp> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        self.stream.get_mut().write_all(&out).await?;
+        tokio::time::timeout(limit, read_resp(&mut self.stream))
+            .await
+            .map_err(|_| timed_out("reply"))?
+    }
+
+    /// Sends every command in one write, then reads all the replies.
+    pub async fn pipeline(&mut self, cmds: &[Vec<String>]) -> std::io::Result<Vec<Resp>> {
+        let mut out = Vec::new();
+        for args in cmds {
+            out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+            for a in args {
+                out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                out.extend_from_slice(a.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+        self.stream.get_mut().write_all(&out).await?;
+        let mut replies = Vec::with_capacity(cmds.len());
+        for _ in cmds {
+            let r = tokio::time::timeout(REPLY_TIMEOUT, read_resp(&mut self.stream))
+                .await
+                .map_err(|_| timed_out("reply"))??;
+            replies.push(r);
+        }
+        Ok(replies)
+    }
+
+    /// Like `call`, for tests where the node must answer.
+    pub async fn must(&mut self, args: &[&str]) -> Resp {
+        match self.call(args).await {
+            Ok(r) => r,
+            Err(e) => panic!("{args:?} to {}: {e}", self.addr),
+        }
+    }
+}
+
+fn read_resp(
+    r: &mut BufReader<TcpStream>,
+) -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<Resp>> + Send + '_>> {
+    Box::pin(async move {
+        let mut line = Vec::new();
+        if r.read_until(b'\n', &mut line).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let bad = |what: &str| std::io::Error::other(format!("bad RESP: {what}"));
+        if !line.ends_with(b"\r\n") {
+            return Err(bad("line without CRLF"));
+        }
+        let body = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+        let num = || body.parse::<i64>().map_err(|_| bad(&body));
+        Ok(match line[0] {
+            b'+' => Resp::Simple(body),
+            b'-' => Resp::Error(body),
+            b':' => Resp::Int(num()?),
+            b'$' => {
+                let n = num()?;
+                if n < 0 {
+                    Resp::Bulk(None)
+                } else {
+                    let mut data = vec![0u8; n as usize + 2];
+                    r.read_exact(&mut data).await?;
+                    data.truncate(n as usize);
+                    Resp::Bulk(Some(data))
+                }
+            }
+            b'*' => {
+                let n = num()?;
+                if n < 0 {
+                    Resp::Array(None)
+                } else {
+                    let mut items = Vec::with_capacity(n as usize);
+                    for _ in 0..n {
+                        items.push(read_resp(r).await?);
+                    }
+                    Resp::Array(Some(items))
+                }
+            }
+            other => return Err(bad(&format!("type byte {other}"))),
+        })
+    })
+}
+
+/// Splits `MOVED slot host:port` into the slot and the address.
+pub fn parse_moved(err: &str) -> Option<(u16, String)> {
+    let mut it = err.strip_prefix("MOVED ")?.split(' ');
+    let slot = it.next()?.parse().ok()?;
+    let addr = it.next()?.to_string();
+    Some((slot, addr))
+}
+
+/// A client that behaves as a cluster-aware one would: follows `-MOVED`, and on
+/// `-CLUSTERDOWN`, `-TRYAGAIN` or a dead node tries the next known node a moment later.
+pub struct Router {
+    addrs: Vec<String>,
+    conns: HashMap<String, Conn>,
+    next: usize,
+    /// Follow `-MOVED` only to the known nodes (a client cut off from the others).
+    pub stay_inside: bool,
+}
+
+/// What one routed command ran into before it was answered.
+#[derive(Debug, Default, Clone)]
+pub struct Route {
+    /// The node that answered.
+    pub addr: String,
+    pub moved: usize,
+    /// Attempts that failed before reaching a node that could take the command.
+    pub retries: usize,
+    /// Attempts whose fate is unknown: `-TRYAGAIN` (the entry may still commit) or a
+    /// connection lost after sending. A write retried after one may have been applied twice.
+    pub ambiguous: usize,
+}
+
+impl Router {
+    pub fn new(addrs: Vec<String>) -> Router {
+        assert!(!addrs.is_empty());
+        Router {
+            addrs,
+            conns: HashMap::new(),
+            next: 0,
+            stay_inside: false,
+        }
+    }
+
+    fn rotate(&mut self) -> String {
+        self.next = (self.next + 1) % self.addrs.len();
+        self.addrs[self.next].clone()
+    }
+
+    /// Runs a command until some node answers it with anything but a redirection or a
+    /// retryable error; panics after `limit`.
+    pub async fn call(&mut self, args: &[&str], limit: Duration) -> (Resp, Route) {
+        match self.try_call(args, limit).await {
+            Ok(r) => r,
+            Err(last) => panic!("{args:?} not served within {limit:?}; last: {last}"),
+        }
+    }
+
+    /// Like `call`, returning what went wrong instead of panicking.
+    pub async fn try_call(
+        &mut self,
+        args: &[&str],
+        limit: Duration,
+    ) -> Result<(Resp, Route), String> {
+        let deadline = Instant::now() + limit;
+        let mut target = self.addrs[self.next].clone();
+        let mut route = Route::default();
+        let mut hops = 0;
+        let mut last = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("{last} ({route:?})"));
+            }
+            if !self.conns.contains_key(&target) {
+                match Conn::connect(&target).await {
+                    Ok(c) => {
+                        self.conns.insert(target.clone(), c);
+                    }
+                    Err(e) => {
+                        last = format!("{target}: {e}");
+                        route.retries += 1;
+                        target = self.rotate();
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
+            }
+            let conn = self.conns.get_mut(&target).expect("connected");
+            let res = conn.call_within(args, left.min(REPLY_TIMEOUT)).await;
+            let pause = match res {
+                Ok(Resp::Error(e)) if e.starts_with("MOVED ") => {
+                    let (_, to) = parse_moved(&e).expect("well-formed MOVED");
+                    route.moved += 1;
+                    hops += 1;
+                    last = format!("{target}: {e}");
+                    if self.stay_inside && !self.addrs.contains(&to) {
+                        target = self.rotate();
+                        true
+                    } else {
+                        target = to;
+                        // A stale view can bounce a client between nodes; slow down then.
+                        hops > 3
+                    }
+                }
+                Ok(Resp::Error(e)) if e.starts_with("CLUSTERDOWN") || e.starts_with("TRYAGAIN") => {
+                    route.retries += 1;
+                    if e.starts_with("TRYAGAIN") {
+                        route.ambiguous += 1;
+                    }
+                    last = format!("{target}: {e}");
+                    target = self.rotate();
+                    true
+                }
+                Ok(reply) => {
+                    route.addr = target;
+                    return Ok((reply, route));
+                }
+                Err(e) => {
+                    self.conns.remove(&target);
+                    route.retries += 1;
+                    route.ambiguous += 1;
+                    last = format!("{target}: {e}");
+                    target = self.rotate();
+                    true
+                }
+            };
+            if pause {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+impl TestCluster {
+    /// Waits until every group is led by its preferred replica (the first of its placement),
+    /// which is where leadership settles after elections and restarts.
+    pub async fn wait_balanced(&self, limit: Duration) {
+        wait_for(
+            "every group to be led by its preferred replica",
+            limit,
+            || async {
+                (0..self.spec.groups)
+                    .all(|g| self.agreed_leader(g) == self.spec.placement(g).first().copied())
+                    .then_some(())
+            },
+        )
+        .await
+    }
+
+    /// Cuts node `alone` off from every other node, in both directions.
+    pub fn isolate(&self, alone: NodeId) {
+        for id in self.running() {
+            if id == alone {
+                for other in self.ids().into_iter().filter(|&o| o != alone) {
+                    self.cluster(id).faults().block(other);
+                }
+            } else {
+                self.cluster(id).faults().block(alone);
+            }
+        }
+    }
+
+    /// Restores every link.
+    pub fn heal(&self) {
+        for id in self.running() {
+            self.cluster(id).faults().heal();
+        }
+    }
+
+    /// Groups node `id` leads, as the cluster agrees.
+    pub fn led_by(&self, id: NodeId) -> Vec<GroupId> {
+        (0..self.spec.groups)
+            .filter(|&g| self.agreed_leader(g) == Some(id))
+            .collect()
+    }
+}
+
+/// Runs every command through `client` and returns the replies, in order.
+pub async fn replies(client: &mut Router, cmds: &[Vec<String>]) -> Vec<Resp> {
+    let mut out = Vec::with_capacity(cmds.len());
+    for c in cmds {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        out.push(client.call(&args, SERVE).await.0);
+    }
+    out
+}
+
+/// Runs each list of commands on its own client, all lists at once; replies per list.
+pub async fn replies_concurrently(
+    addrs: &[String],
+    lists: Vec<Vec<Vec<String>>>,
+) -> Vec<Vec<Resp>> {
+    let tasks: Vec<_> = lists
+        .into_iter()
+        .enumerate()
+        .map(|(i, cmds)| {
+            let mut addrs = addrs.to_vec();
+            let n = addrs.len();
+            addrs.rotate_left(i % n);
+            tokio::spawn(async move { replies(&mut Router::new(addrs), &cmds).await })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("client task"));
+    }
+    out
+}
+
+/// A command line from words.
+pub fn line(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+/// Asserts that a value a write reported moved from `before` to `after` by exactly `step`;
+/// when the write was retried after `route.ambiguous` attempts of unknown fate, by `k * step`
+/// for some k in 1..=1 + ambiguous (each such attempt may have been applied as well).
+pub fn assert_step(what: &str, before: i64, after: i64, step: i64, route: &Route) {
+    let ok = (1..=1 + route.ambiguous as i64).any(|k| after - before == k * step);
+    assert!(
+        ok,
+        "{what}: went from {before} to {after}, expected a step of {step} ({route:?})"
+    );
+    if route.ambiguous > 0 {
+        println!(
+            "note: {what}: retried after {route:?}; step {}",
+            after - before
+        );
+    }
+}

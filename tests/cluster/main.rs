@@ -1,0 +1,12 @@
+//! Cluster mode end to end: three-node clusters in this process (and, in `processes`, as real
+//! processes), exercised through clients the way gateways use them.
+
+mod harness;
+
+mod clients;
+mod failover;
+mod network;
+mod partition;
+mod processes;
+mod restart;
+mod snapshot;

@@ -1,0 +1,156 @@
+//! Snapshots: a node that was down while its groups snapshotted and purged their logs gets
+//! the snapshot installed and then the log after it; a restart from snapshots keeps counts.
+
+use crate::harness::*;
+use bucketd::cluster::typ::GroupId;
+use openraft::type_config::async_runtime::WatchReceiver;
+use std::time::Duration;
+
+const SECS: Duration = Duration::from_secs(10);
+const PURGE: Duration = Duration::from_secs(20);
+
+/// Snapshots group `g` on every running replica and purges the log the snapshot covers;
+/// returns the highest purged index.
+async fn snapshot_and_purge(c: &TestCluster, g: GroupId) -> u64 {
+    let mut purged = 0;
+    for id in c.running() {
+        let raft = c.cluster(id).raft(g).expect("replica").clone();
+        let applied = raft
+            .metrics()
+            .borrow_watched()
+            .last_applied
+            .map(|l| l.index)
+            .unwrap_or(0);
+        raft.trigger().snapshot().await.expect("trigger snapshot");
+        let at = wait_for(
+            &format!("node {id} to snapshot group {g}"),
+            SECS,
+            || async {
+                raft.metrics()
+                    .borrow_watched()
+                    .snapshot
+                    .map(|l| l.index)
+                    .filter(|&i| i >= applied)
+            },
+        )
+        .await;
+        // A leader defers purging logs a replication is reading (here: the retries towards the
+        // stopped node, which free them between attempts); ask until it is done.
+        let done = wait_for(&format!("node {id} to purge group {g}"), PURGE, || async {
+            let p = raft.metrics().borrow_watched().purged.map(|l| l.index);
+            if p >= Some(at) {
+                return p;
+            }
+            raft.trigger().purge_log(at).await.expect("trigger purge");
+            None
+        })
+        .await;
+        purged = purged.max(done);
+    }
+    purged
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lagging_node_is_sent_a_snapshot_and_restarts_from_it() {
+    bounded(async {
+        let mut c = TestCluster::start("snapshot", Opts::default()).await;
+        c.wait_balanced(SECS).await;
+        let down = 2;
+        c.stop_node(down).await;
+
+        let keys: Vec<Vec<String>> = (0..c.spec.groups)
+            .map(|g| {
+                (0..4)
+                    .map(|j| key_in_group(&c.spec, &format!("snap:{j}"), g))
+                    .collect()
+            })
+            .collect();
+        let check = |k: &str, q: &str| line(&["CL.THROTTLE", k, "99", "1", "3600", q]);
+        // Writes per group, each group's on its own client, in two halves.
+        let writes: Vec<Vec<Vec<String>>> = keys
+            .iter()
+            .map(|ks| {
+                (0..12)
+                    .flat_map(|round| {
+                        ks.iter()
+                            .enumerate()
+                            .filter(move |(j, _)| round % (j + 1) == 0)
+                            .map(|(_, k)| check(k, "1"))
+                    })
+                    .collect()
+            })
+            .collect();
+        let half = |first: bool| -> Vec<Vec<Vec<String>>> {
+            writes
+                .iter()
+                .map(|w| {
+                    let (a, b) = w.split_at(w.len() / 2);
+                    if first { a.to_vec() } else { b.to_vec() }
+                })
+                .collect()
+        };
+        replies_concurrently(&c.addrs(), half(true)).await;
+        for g in 0..c.spec.groups {
+            snapshot_and_purge(&c, g).await;
+        }
+        replies_concurrently(&c.addrs(), half(false)).await;
+        let mut purged = Vec::new();
+        for g in 0..c.spec.groups {
+            purged.push(snapshot_and_purge(&c, g).await);
+        }
+        // A few entries after the last snapshot, that only the log carries.
+        let mut client = Router::new(c.addrs());
+        replies(
+            &mut client,
+            &keys.iter().map(|ks| check(&ks[0], "2")).collect::<Vec<_>>(),
+        )
+        .await;
+        let peeks: Vec<Vec<String>> = keys.iter().flatten().map(|k| check(k, "0")).collect();
+        let expected = replies(&mut client, &peeks).await;
+
+        c.start_node(down).await;
+        for g in 0..c.spec.groups {
+            let raft = c.cluster(down).raft(g).expect("replica").clone();
+            // Its log no longer reaches what the others purged: only a snapshot does.
+            wait_for(
+                &format!("node {down} to install a snapshot of group {g}"),
+                SECS,
+                || async {
+                    raft.metrics()
+                        .borrow_watched()
+                        .snapshot
+                        .map(|l| l.index)
+                        .filter(|&i| i >= purged[g as usize])
+                },
+            )
+            .await;
+            let file = c
+                .data_dir(down)
+                .join(format!("group-{g:04}"))
+                .join("snapshot")
+                .join("snapshot.bin");
+            assert!(file.exists(), "{} is written", file.display());
+        }
+        for (p, want) in peeks.iter().zip(&expected) {
+            let args: Vec<&str> = p.iter().map(String::as_str).collect();
+            wait_for(&format!("node {down} to hold {p:?}"), SECS, || async {
+                (c.local_limit(down, &args).await == want.limit()).then_some(())
+            })
+            .await;
+        }
+
+        // Every node now starts from its snapshot plus the log after it.
+        c.stop_all().await;
+        for id in c.ids() {
+            c.start_node(id).await;
+        }
+        c.wait_leaders(SECS).await;
+        let mut client = Router::new(c.addrs());
+        let after = replies(&mut client, &peeks).await;
+        for ((p, want), got) in peeks.iter().zip(&expected).zip(&after) {
+            assert_eq!(got, want, "{p:?} after restarting from snapshots");
+        }
+        c.stop_all().await;
+    })
+    .await;
+}
