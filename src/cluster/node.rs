@@ -14,6 +14,7 @@ use crate::cluster::typ::{Applied, GroupId, NodeId, Proposal, TypeConfig};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::store::Record;
+use openraft::error::ClientWriteError;
 use openraft::impls::BasicNode;
 use openraft::network::RaftNetworkFactory;
 use openraft::type_config::async_runtime::WatchReceiver;
@@ -359,19 +360,40 @@ impl Cluster {
     /// Runs `cmds` through group `g`: proposed here when this node leads it, forwarded to the
     /// leader when forwarding is on, otherwise refused with the leader to ask.
     pub async fn propose(&self, g: GroupId, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ProposeError> {
-        match self.leader(g) {
-            Some(l) if l == self.me => self.propose_local(g, cmds).await,
-            Some(l) if self.forward => {
+        let first = match self.leader(g) {
+            Some(l) if l == self.me && !self.forward => return self.propose_local(g, cmds).await,
+            Some(l) if !self.forward => return Err(ProposeError::Moved(l)),
+            Some(l) => l,
+            None => return Err(ProposeError::ClusterDown),
+        };
+        // A client of a forwarding node cannot follow -MOVED, so follow one redirect here (the
+        // leadership was moving). A redirect means the batch was refused before it entered the
+        // log, so sending it again cannot apply it twice.
+        let mut target = first;
+        for _ in 0..2 {
+            let result = if target == self.me {
+                self.propose_local(g, cmds.clone()).await
+            } else {
                 let ttl = self.write_timeout + Duration::from_millis(200);
-                match self.net.call(l, g, Rpc::Forward(cmds), ttl).await {
+                match self
+                    .net
+                    .call(target, g, Rpc::Forward(cmds.clone()), ttl)
+                    .await
+                {
                     Ok(RpcOk::Forward(replies)) => Ok(replies),
                     Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
                     Err(e) => Err(parse_remote_error(&e)),
                 }
+            };
+            match result {
+                Err(ProposeError::Moved(l)) if l != target => target = l,
+                Err(ProposeError::Moved(_)) => break,
+                other => return other,
             }
-            Some(l) => Err(ProposeError::Moved(l)),
-            None => Err(ProposeError::ClusterDown),
         }
+        Err(ProposeError::TryAgain(format!(
+            "the leadership of group {g} is moving; retry"
+        )))
     }
 
     /// Proposes on this node, which must lead the group; the leader stamps its time.
@@ -395,8 +417,16 @@ impl Cluster {
                 let Applied(replies) = resp.data;
                 Ok(replies)
             }
-            Ok(Err(e)) => match e.forward_to_leader().and_then(|f| f.leader_id) {
-                Some(l) if l != self.me => Err(ProposeError::Moved(l)),
+            Ok(Err(e)) => match e.api_error() {
+                // Refused before it entered the log: nothing was applied.
+                Some(ClientWriteError::ForwardToLeader(f)) => match f.leader_id {
+                    Some(l) if l != self.me => Err(ProposeError::Moved(l)),
+                    _ => Err(ProposeError::ClusterDown),
+                },
+                Some(ClientWriteError::LogEntryDiscarded(_)) => Err(ProposeError::TryAgain(
+                    "the leader changed before this write committed; it may or may not have been applied"
+                        .into(),
+                )),
                 _ => Err(ProposeError::TryAgain(e.to_string())),
             },
             Err(_) => Err(ProposeError::TryAgain(format!(

@@ -341,6 +341,9 @@ impl Network {
                     let Some(first) = msg else { break };
                     batch.clear();
                     batch.extend_from_slice(&first);
+                    // Let the other groups' tasks that are ready run first, so what they queue
+                    // for this peer rides in the same write.
+                    tokio::task::yield_now().await;
                     let mut n = 1;
                     while batch.len() < 1 << 20 {
                         match rx.try_recv() {
@@ -405,6 +408,7 @@ async fn serve_peer<H: Handler>(
         while let Some(first) = rx.recv().await {
             batch.clear();
             batch.extend_from_slice(&first);
+            tokio::task::yield_now().await;
             while batch.len() < 1 << 20 {
                 match rx.try_recv() {
                     Ok(more) => batch.extend_from_slice(&more),

@@ -499,8 +499,6 @@ async fn forwarding_nodes_serve_clients_that_ignore_moved() {
 /// With forwarding on, a client that does not understand `-MOVED` must never be sent one,
 /// also while a group's leadership moves: it should be forwarded, or told to try again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug in src: during a leader change a forwarding node answers -MOVED (even naming \
-            itself): Cluster::propose turns the remote's MOVED into ProposeError::Moved"]
 async fn forwarding_never_redirects_during_leader_changes() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
