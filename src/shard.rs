@@ -33,9 +33,8 @@ pub enum ShardMsg {
     },
     /// Commands of a committed Raft entry, applied at the entry's time.
     ApplyAt {
-        now: u64,
-        cmds: Vec<KeyCmd>,
-        reply: oneshot::Sender<Vec<Reply>>,
+        batches: Vec<(u64, Vec<KeyCmd>)>,
+        reply: oneshot::Sender<Vec<Vec<Reply>>>,
     },
     /// Copies out the keys of a slot range (a group's snapshot).
     Export {

@@ -417,18 +417,43 @@ struct LogWriter {
     pending_done: Vec<IOFlushed<TypeConfig>>,
     /// The latest committed log id not yet written; only the newest one matters.
     pending_committed: Option<Vec<u8>>,
+    /// When the committed log id was last written.
+    committed_written: Option<std::time::Instant>,
 }
+
+/// The committed log id is rewritten at most this often. It only shortens recovery (entries up
+/// to it are re-applied at start; later ones are committed again by the leader), so writing it
+/// for every batch of entries would cost a file replacement per write for nothing.
+const COMMITTED_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl LogWriter {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
-        while let Ok(job) = rx.recv() {
-            self.handle(job);
-            // Whatever queued up meanwhile shares one write and one fsync.
-            while let Ok(job) = rx.try_recv() {
+        loop {
+            // With a committed log id waiting, wake up in time to write it even when idle.
+            let job = if self.pending_committed.is_some() {
+                match rx.recv_timeout(COMMITTED_EVERY) {
+                    Ok(job) => Some(job),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(job) => Some(job),
+                    Err(_) => break,
+                }
+            };
+            if let Some(job) = job {
                 self.handle(job);
+                // Whatever queued up meanwhile shares one write and one fsync.
+                while let Ok(job) = rx.try_recv() {
+                    self.handle(job);
+                }
             }
             let _ = self.flush();
         }
+        // Closing: write the last committed log id whatever its age.
+        self.committed_written = None;
+        let _ = self.flush();
     }
 
     fn check(&self) -> io::Result<()> {
@@ -525,8 +550,12 @@ impl LogWriter {
             self.pending.clear();
             res.map_err(|e| self.fail(e))?;
         }
-        if let Some(bytes) = self.pending_committed.take() {
+        let due = self
+            .committed_written
+            .is_none_or(|t| t.elapsed() >= COMMITTED_EVERY);
+        if due && let Some(bytes) = self.pending_committed.take() {
             write_small(&self.dir, COMMITTED_FILE, &bytes, self.fsync).map_err(|e| self.fail(e))?;
+            self.committed_written = Some(std::time::Instant::now());
         }
         Ok(())
     }
@@ -721,6 +750,7 @@ impl FileLogStore {
             pending: Vec::new(),
             pending_done: Vec::new(),
             pending_committed: None,
+            committed_written: None,
         };
         writer.maybe_compact();
         writer.check()?;

@@ -71,10 +71,10 @@ fn gone() -> io::Error {
 }
 
 impl Executor for ShardExecutor {
-    async fn apply(&self, now: u64, cmds: Vec<KeyCmd>) -> io::Result<Vec<Reply>> {
+    async fn apply(&self, batches: Vec<(u64, Vec<KeyCmd>)>) -> io::Result<Vec<Vec<Reply>>> {
         let (reply, rx) = oneshot::channel();
         self.shard
-            .send(ShardMsg::ApplyAt { now, cmds, reply })
+            .send(ShardMsg::ApplyAt { batches, reply })
             .await
             .map_err(|_| gone())?;
         rx.await.map_err(|_| gone())

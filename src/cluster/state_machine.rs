@@ -27,12 +27,11 @@ use std::sync::{Arc, Mutex};
 
 /// Where a group's keys live and how commands reach them.
 pub trait Executor: Send + Sync + 'static {
-    /// Applies commands at time `now`, one reply per command.
+    /// Applies batches of commands in order, each at its own time; one reply per command.
     fn apply(
         &self,
-        now: u64,
-        cmds: Vec<KeyCmd>,
-    ) -> impl Future<Output = io::Result<Vec<Reply>>> + Send;
+        batches: Vec<(u64, Vec<KeyCmd>)>,
+    ) -> impl Future<Output = io::Result<Vec<Vec<Reply>>>> + Send;
     /// Copies out the group's keys.
     fn export(&self, now: u64) -> impl Future<Output = io::Result<Vec<Record>>> + Send;
     /// Replaces the group's keys with `records`.
@@ -184,25 +183,54 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
     where
         Strm: Stream<Item = Result<EntryResponder<TypeConfig>, io::Error>> + Unpin + OptionalSend,
     {
-        while let Some((entry, responder)) = entries.try_next().await? {
-            let reply = match entry.payload {
-                EntryPayload::Blank => Applied::default(),
-                EntryPayload::Normal(proposal) => {
-                    let now = {
-                        let mut p = lock(&self.progress);
-                        p.last_ts = p.last_ts.max(proposal.ts);
-                        p.last_ts
-                    };
-                    Applied(self.exec.apply(now, proposal.cmds).await?)
+        while let Some(first) = entries.try_next().await? {
+            // Take every entry that is already committed, so a burst of entries (one per client
+            // round) reaches the shard as one message instead of one round trip each.
+            let mut ready = vec![first];
+            while ready.len() < 1024 {
+                match futures_util::FutureExt::now_or_never(entries.try_next()) {
+                    Some(Ok(Some(e))) => ready.push(e),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(None)) | None => break,
                 }
-                EntryPayload::Membership(m) => {
-                    lock(&self.progress).membership = StoredMembership::new(Some(entry.log_id), m);
-                    Applied::default()
-                }
+            }
+            let mut work = Vec::new();
+            let mut done = Vec::with_capacity(ready.len());
+            for (entry, responder) in ready {
+                let normal = match entry.payload {
+                    EntryPayload::Blank => false,
+                    EntryPayload::Normal(proposal) => {
+                        let now = {
+                            let mut p = lock(&self.progress);
+                            p.last_ts = p.last_ts.max(proposal.ts);
+                            p.last_ts
+                        };
+                        work.push((now, proposal.cmds));
+                        true
+                    }
+                    EntryPayload::Membership(m) => {
+                        lock(&self.progress).membership =
+                            StoredMembership::new(Some(entry.log_id), m);
+                        false
+                    }
+                };
+                done.push((entry.log_id, responder, normal));
+            }
+            let mut replies = if work.is_empty() {
+                Vec::new().into_iter()
+            } else {
+                self.exec.apply(work).await?.into_iter()
             };
-            lock(&self.progress).last_applied = Some(entry.log_id);
-            if let Some(r) = responder {
-                r.send(reply);
+            for (log_id, responder, normal) in done {
+                lock(&self.progress).last_applied = Some(log_id);
+                let reply = if normal {
+                    Applied(replies.next().unwrap_or_else(Vec::new))
+                } else {
+                    Applied::default()
+                };
+                if let Some(r) = responder {
+                    r.send(reply);
+                }
             }
         }
         Ok(())
@@ -281,12 +309,16 @@ impl LocalExecutor {
 }
 
 impl Executor for LocalExecutor {
-    async fn apply(&self, now: u64, cmds: Vec<KeyCmd>) -> io::Result<Vec<Reply>> {
+    async fn apply(&self, batches: Vec<(u64, Vec<KeyCmd>)>) -> io::Result<Vec<Vec<Reply>>> {
         let mut st = crate::cmd::keyed::ExecStats::default();
         let mut store = self.store();
-        Ok(cmds
+        Ok(batches
             .into_iter()
-            .map(|c| crate::cmd::keyed::execute(&mut store, c, now, &mut st))
+            .map(|(now, cmds)| {
+                cmds.into_iter()
+                    .map(|c| crate::cmd::keyed::execute(&mut store, c, now, &mut st))
+                    .collect()
+            })
             .collect())
     }
 

@@ -273,8 +273,13 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
                     // The asking connection may have gone; its replies are then dropped.
                     let _ = reply.send(replies);
                 }
-                ShardMsg::ApplyAt { now, cmds, reply } => {
-                    let _ = reply.send(core.borrow_mut().apply_at(now, cmds));
+                ShardMsg::ApplyAt { batches, reply } => {
+                    let mut core = core.borrow_mut();
+                    let replies = batches
+                        .into_iter()
+                        .map(|(now, cmds)| core.apply_at(now, cmds))
+                        .collect();
+                    let _ = reply.send(replies);
                 }
                 ShardMsg::Export { slots, now, reply } => {
                     let _ = reply.send(core.borrow().export(slots, now));

@@ -129,6 +129,13 @@ async fn dispatch(
                 }
             }
             a.finish()?;
+            if c.node.cluster().is_some() {
+                // Keys are replicated state: clearing this node's copies behind Raft's back
+                // would make the replicas disagree.
+                return Err(msg(
+                    "ERR FLUSHALL is not supported in cluster mode; remove keys with DEL or BK.RESET",
+                ));
+            }
             c.all_shards(|| KeyCmd::FlushAll).await?;
             ReplyWriter::new(buf, c.resp3).ok();
         }
