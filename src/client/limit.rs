@@ -5,28 +5,8 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
-/// How bucketd counts a limit; see the server's rule documentation for the details.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Algorithm {
-    /// Token bucket (generic cell rate algorithm): smooth refill, optional burst.
-    #[default]
-    Gcra,
-    /// Sliding window counter.
-    Sliding,
-    /// Fixed window starting at the first request.
-    Fixed,
-}
-
-impl Algorithm {
-    /// The name used in spec strings.
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Gcra => "gcra",
-            Algorithm::Sliding => "sliding",
-            Algorithm::Fixed => "fixed",
-        }
-    }
-}
+/// How bucketd counts a limit: the server's own type, so the two can never disagree.
+pub use crate::limiter::Algorithm;
 
 /// An inline limit: `limit` units per `period`, rendered as bucketd's spec string
 /// `[ALGO:]LIMIT/PERIOD[:BURST]`.
@@ -201,7 +181,7 @@ impl<T: ToSpec + ?Sized> ToSpec for &T {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::{Algorithm as ServerAlgorithm, parse_spec};
+    use crate::limiter::parse_spec;
 
     #[test]
     fn renders_what_the_server_parses() {
@@ -222,12 +202,7 @@ mod tests {
             assert_eq!(rule.limit, limit.limit());
             assert_eq!(u128::from(rule.period_ns), limit.period().as_nanos());
             assert_eq!(rule.burst, limit.capacity());
-            let algo = match limit.algorithm() {
-                Algorithm::Gcra => ServerAlgorithm::Gcra,
-                Algorithm::Sliding => ServerAlgorithm::Sliding,
-                Algorithm::Fixed => ServerAlgorithm::Fixed,
-            };
-            assert_eq!(rule.algorithm, algo);
+            assert_eq!(rule.algorithm, limit.algorithm());
         }
     }
 

@@ -17,9 +17,10 @@ const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
 
 /// Which counting scheme a [`Rule`] uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Algorithm {
     /// Generic cell rate algorithm (a token bucket kept as one timestamp).
+    #[default]
     Gcra,
     /// Sliding window counter: previous and current aligned windows, weighted.
     Sliding,
