@@ -309,10 +309,7 @@ fn set(
     get: bool,
     now: u64,
 ) -> Reply {
-    let stored = match std::str::from_utf8(&value)
-        .ok()
-        .and_then(|s| crate::protocol::args::parse_i64(s.as_bytes()))
-    {
+    let stored = match crate::protocol::args::parse_i64(&value) {
         Some(v) => Value::Int(v),
         None => Value::Str(&value),
     };

@@ -105,12 +105,13 @@ pub fn render(node: &Node, sections: &[String]) -> String {
         for s in &node.shards {
             let _ = write!(
                 out,
-                "shard{}:keys={},bytes={},commands={},checks={}\r\n",
+                "shard{}:keys={},bytes={},commands={},checks={},batches_from_other_shards={}\r\n",
                 s.id,
                 s.stats.keys.load(Ordering::Relaxed),
                 s.stats.bytes.load(Ordering::Relaxed),
                 s.stats.commands.load(Ordering::Relaxed),
-                s.stats.checks.load(Ordering::Relaxed)
+                s.stats.checks.load(Ordering::Relaxed),
+                s.stats.remote_batches.load(Ordering::Relaxed)
             );
         }
         out.push_str("\r\n");

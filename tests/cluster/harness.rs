@@ -52,23 +52,8 @@ pub async fn bounded<F: Future>(f: F) -> F::Output {
     }
 }
 
-/// Polls `check` every 20 ms until it returns `Some`, or panics naming `what` after `limit`.
-pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {limit:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// Polls a condition with a deadline: the same helper every integration test uses.
+pub use crate::common::wait_for;
 
 static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
 
