@@ -534,6 +534,13 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
         .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
 }
 
+/// Where a command's entry is in `COMMANDS` (for recording the last command cheaply).
+pub fn index_of(name: &[u8]) -> Option<usize> {
+    COMMANDS
+        .iter()
+        .position(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
 /// True if `argc` (including the command name) fits the spec's arity.
 pub fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
     let argc = argc as i64;

@@ -60,6 +60,12 @@ pub struct ClientInfo {
     pub meta: Mutex<ClientMeta>,
     /// Milliseconds since the node started, at the last request.
     pub last_active_ms: AtomicU64,
+    /// Bytes received and not yet handled (Redis's `qbuf`).
+    pub qbuf: AtomicU64,
+    /// Bytes of replies produced and not yet written to the socket (Redis's `omem`).
+    pub omem: AtomicU64,
+    /// The last command run: its index in `cmd::table::COMMANDS` plus one (0: none yet).
+    pub last_cmd: AtomicUsize,
 }
 
 #[derive(Default, Clone)]
@@ -389,6 +395,9 @@ fn register(node: &Node, stream: &TcpStream, peer: SocketAddr, shard: usize) -> 
             ..ClientMeta::default()
         }),
         last_active_ms: AtomicU64::new(node.uptime_ms()),
+        qbuf: AtomicU64::new(0),
+        omem: AtomicU64::new(0),
+        last_cmd: AtomicUsize::new(0),
     });
     lock(&node.clients).insert(id, info.clone());
     info
@@ -588,6 +597,10 @@ impl Conn {
         out: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
         let rules = self.node.rules.load();
+        if let Some(last) = reqs.last() {
+            let idx = table::index_of(last.name()).map_or(0, |i| i + 1);
+            self.info.last_cmd.store(idx, Ordering::Relaxed);
+        }
         for req in reqs {
             if self.quit {
                 break;

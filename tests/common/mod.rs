@@ -2,6 +2,8 @@
 //! (the `redis` crate and raw TCP with a small RESP reader), and bounded waiting.
 #![allow(dead_code)]
 
+pub mod real_redis;
+
 use bucketd::clock::ManualClock;
 use bucketd::config::Settings;
 use bucketd::server::{self, NodeHandle};

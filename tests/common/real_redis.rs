@@ -1,0 +1,150 @@
+//! A real Redis server started by a test (Debian's `redis-server`), and a side-by-side client
+//! that sends the same bytes to it and to a bucketd node, so behaviour Redis defines is checked
+//! against Redis itself rather than against expectations written by hand.
+
+use super::{Raw, Resp, TestNode};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child process on a free loopback port, killed when dropped.
+pub struct RealRedis {
+    pub addr: SocketAddr,
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl RealRedis {
+    /// Starts `redis-server` with persistence off. Panics with a clear message when the
+    /// program is missing: `.ci/run` installs it, so a missing one is a broken setup.
+    pub async fn start() -> RealRedis {
+        RealRedis::start_with(&[]).await
+    }
+
+    /// Starts `redis-server` with extra `--name value` arguments.
+    pub async fn start_with(extra: &[&str]) -> RealRedis {
+        assert!(
+            super::have_program("redis-server", "--version"),
+            "redis-server is not installed (apt-get install redis-server)"
+        );
+        let dir = super::temp_dir("real-redis");
+        // Bind to port 0 to find a free port, then hand it to redis-server; a rare clash makes
+        // the start fail loudly below instead of testing the wrong server.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+            l.local_addr().expect("local addr").port()
+        };
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+        ])
+        .arg(&dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        let child = cmd.spawn().expect("redis-server starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Ok(mut s)) = tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await
+            {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                if s.write_all(b"PING\r\n").await.is_ok() {
+                    let mut b = [0u8; 7];
+                    if let Ok(Ok(_)) =
+                        tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut b)).await
+                        && &b == b"+PONG\r\n"
+                    {
+                        break;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer on {addr} within 10s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        RealRedis { addr, child, dir }
+    }
+
+    /// A raw connection to the real Redis.
+    pub async fn raw(&self) -> Raw {
+        Raw::connect(self.addr).await
+    }
+
+    /// The major.minor.patch version the server reports.
+    pub async fn version(&self) -> String {
+        let mut r = self.raw().await;
+        let info = r.cmd(&["INFO", "server"]).await.as_text();
+        super::info_field(&info, "redis_version").unwrap_or_default()
+    }
+}
+
+impl Drop for RealRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One raw connection to bucketd and one to Redis, fed the same requests.
+pub struct SideBySide {
+    pub ours: Raw,
+    pub redis: Raw,
+}
+
+impl SideBySide {
+    pub async fn connect(node: &TestNode, redis: &RealRedis) -> SideBySide {
+        SideBySide {
+            ours: node.raw().await,
+            redis: redis.raw().await,
+        }
+    }
+
+    /// Sends the same raw bytes to both and reads one reply from each.
+    pub async fn send_both(&mut self, bytes: &[u8]) -> (Resp, Resp) {
+        self.ours.send(bytes).await;
+        self.redis.send(bytes).await;
+        (self.ours.reply().await, self.redis.reply().await)
+    }
+
+    /// Sends one command to both and returns (bucketd's reply, Redis's reply).
+    pub async fn both(&mut self, args: &[&str]) -> (Resp, Resp) {
+        self.send_both(&super::encode(args)).await
+    }
+
+    /// Sends one command to both and asserts the replies are identical, error text included.
+    pub async fn same(&mut self, args: &[&str]) -> Resp {
+        let (ours, theirs) = self.both(args).await;
+        assert_eq!(ours, theirs, "bucketd and Redis differ on {args:?}");
+        ours
+    }
+
+    /// Like `same`, for a command whose replies must both be errors; only the first word (the
+    /// error code) and the whole text are compared.
+    pub async fn same_error(&mut self, args: &[&str]) -> String {
+        let (ours, theirs) = self.both(args).await;
+        assert!(
+            matches!(theirs, Resp::Error(_)),
+            "Redis did not refuse {args:?}: {theirs:?}"
+        );
+        assert_eq!(ours, theirs, "bucketd and Redis differ on {args:?}");
+        ours.as_text()
+    }
+}
