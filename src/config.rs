@@ -49,6 +49,14 @@ pub struct Flags {
     /// Longest inline command, in bytes.
     #[arg(long)]
     pub max_inline_len: Option<usize>,
+    /// Most bytes one connection may have received and not yet handled, bulk arguments
+    /// included (a size such as 32mb); a connection that passes it is closed.
+    #[arg(long)]
+    pub client_query_buffer_limit: Option<String>,
+    /// Most bytes all connections together may hold in request and reply buffers (a size such
+    /// as 1gb; 0 = no cap); past it, the connection that pushed the total over is closed.
+    #[arg(long)]
+    pub maxmemory_clients: Option<String>,
     /// How often the rules file is checked for changes, in milliseconds (0 = never).
     #[arg(long)]
     pub rules_reload_ms: Option<u64>,
@@ -99,6 +107,10 @@ struct FileSettings {
     max_args: Option<usize>,
     #[serde(alias = "max_inline_len")]
     max_inline_len: Option<usize>,
+    #[serde(alias = "client_query_buffer_limit")]
+    client_query_buffer_limit: Option<toml::Value>,
+    #[serde(alias = "maxmemory_clients")]
+    maxmemory_clients: Option<toml::Value>,
     #[serde(alias = "rules_reload_ms")]
     rules_reload_ms: Option<u64>,
     log: Option<String>,
@@ -128,6 +140,10 @@ pub struct Settings {
     pub proto_max_bulk_len: usize,
     pub max_args: usize,
     pub max_inline_len: usize,
+    /// Bytes one connection may have received and not yet handled.
+    pub client_query_buffer_limit: usize,
+    /// Bytes all connections may hold in buffers together (0 = no cap).
+    pub maxmemory_clients: usize,
     pub rules_reload_ms: u64,
     pub log: String,
     /// Cluster mode, when a cluster description is given.
@@ -152,6 +168,10 @@ impl Default for Settings {
             proto_max_bulk_len: 8 * 1024 * 1024,
             max_args: 64 * 1024,
             max_inline_len: 64 * 1024,
+            // Room for the largest bulk string several times over; a rate-limit client never
+            // comes near it.
+            client_query_buffer_limit: 32 * 1024 * 1024,
+            maxmemory_clients: 1024 * 1024 * 1024,
             rules_reload_ms: 1000,
             log: "info,openraft=error".into(),
             cluster: None,
@@ -177,6 +197,15 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     let n: usize = num.parse().map_err(|_| format!("invalid size '{s}'"))?;
     n.checked_mul(mult)
         .ok_or_else(|| format!("size too large '{s}'"))
+}
+
+/// A size in the config file: a number of bytes or a string such as "512mb".
+fn file_size(name: &str, v: toml::Value) -> Result<usize, String> {
+    match v {
+        toml::Value::Integer(i) => usize::try_from(i).map_err(|_| format!("{name} must be >= 0")),
+        toml::Value::String(s) => parse_size(&s),
+        _ => Err(format!("{name} must be a number or a size like \"512mb\"")),
+    }
 }
 
 /// Cluster settings as gathered from the file and the flags, before validation.
@@ -295,13 +324,13 @@ impl Settings {
             self.requirepass = f.requirepass;
         }
         if let Some(m) = f.maxmemory {
-            self.maxmemory = match m {
-                toml::Value::Integer(i) => {
-                    usize::try_from(i).map_err(|_| "maxmemory must be >= 0".to_string())?
-                }
-                toml::Value::String(s) => parse_size(&s)?,
-                _ => return Err("maxmemory must be a number or a size like \"512mb\"".into()),
-            };
+            self.maxmemory = file_size("maxmemory", m)?;
+        }
+        if let Some(m) = f.client_query_buffer_limit {
+            self.client_query_buffer_limit = file_size("client-query-buffer-limit", m)?;
+        }
+        if let Some(m) = f.maxmemory_clients {
+            self.maxmemory_clients = file_size("maxmemory-clients", m)?;
         }
         Ok(())
     }
@@ -330,6 +359,12 @@ impl Settings {
         }
         if let Some(m) = &f.maxmemory {
             self.maxmemory = parse_size(m)?;
+        }
+        if let Some(m) = &f.client_query_buffer_limit {
+            self.client_query_buffer_limit = parse_size(m)?;
+        }
+        if let Some(m) = &f.maxmemory_clients {
+            self.maxmemory_clients = parse_size(m)?;
         }
         Ok(())
     }
