@@ -26,10 +26,12 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 const SWEEP_PARTS_PER_TICK: usize = 4;
 
 pub enum ShardMsg {
-    /// Commands from a connection on another shard.
+    /// Commands from a connection on another shard, run until their replies pass `budget`
+    /// bytes; the rest come back unrun.
     Batch {
         cmds: Vec<KeyCmd>,
-        reply: oneshot::Sender<Vec<Reply>>,
+        budget: usize,
+        reply: oneshot::Sender<Answer>,
     },
     /// Commands of a committed Raft entry, applied at the entry's time.
     ApplyAt {
@@ -51,6 +53,26 @@ pub enum ShardMsg {
     /// A new client connection to serve on this shard.
     Accept(std::net::TcpStream),
     Stop,
+}
+
+/// A shard's answer to a batch: one reply per command it ran, in order, and the commands it
+/// did not run because the replies had reached the batch's byte budget.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub replies: Vec<Reply>,
+    pub rest: Vec<KeyCmd>,
+}
+
+/// Roughly how many bytes a reply takes on the wire; what the reply budget counts.
+pub fn reply_bytes(r: &Reply) -> usize {
+    match r {
+        Reply::Ok | Reply::Nil | Reply::Int(_) => 16,
+        Reply::Bulk(b) => b.len() + 16,
+        Reply::Simple(s) | Reply::Error(s) => s.len() + 3,
+        Reply::Limit(_) => 64,
+        Reply::LimitAll(_, each) => 64 + 64 * each.len(),
+        Reply::Array(items) => 16 + items.iter().map(reply_bytes).sum::<usize>(),
+    }
 }
 
 /// Figures a shard publishes for INFO; written only by the shard thread.
@@ -101,19 +123,27 @@ impl ShardHandle {
         }
     }
 
-    /// Queues one batch; the receiver yields its replies, one per command, in order.
+    /// Queues one batch to run until its replies pass `budget` bytes (`usize::MAX`: all of
+    /// it); the receiver yields the answer.
     pub async fn submit(
         &self,
         cmds: Vec<KeyCmd>,
-    ) -> Result<oneshot::Receiver<Vec<Reply>>, ShardGone> {
+        budget: usize,
+    ) -> Result<oneshot::Receiver<Answer>, ShardGone> {
         let (tx, rx) = oneshot::channel();
-        self.send(ShardMsg::Batch { cmds, reply: tx }).await?;
+        self.send(ShardMsg::Batch {
+            cmds,
+            budget,
+            reply: tx,
+        })
+        .await?;
         Ok(rx)
     }
 
-    /// Sends one batch and waits for its replies.
+    /// Sends one batch, runs all of it, and waits for its replies.
     pub async fn call(&self, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ShardGone> {
-        self.submit(cmds).await?.await.map_err(|_| ShardGone)
+        let answer = self.submit(cmds, usize::MAX).await?.await;
+        answer.map(|a| a.replies).map_err(|_| ShardGone)
     }
 
     /// Asks the shard to stop; works from any thread, without a runtime.
@@ -183,7 +213,7 @@ pub struct ShardCore {
 const TRIM_AFTER: usize = 10_000;
 
 /// Returns free heap memory to the operating system (glibc keeps it otherwise).
-fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases memory the allocator holds free; it touches no
     // memory owned by Rust code and is safe to call from any thread.
@@ -221,24 +251,29 @@ impl ShardCore {
     }
 
     /// Applies commands at one instant, calling `each` with every reply in order.
-    pub fn apply(&mut self, cmds: impl IntoIterator<Item = KeyCmd>, each: impl FnMut(Reply)) {
+    pub fn apply(&mut self, cmds: impl IntoIterator<Item = KeyCmd>, mut each: impl FnMut(Reply)) {
         let now = self.now();
-        self.apply_at_time(now, cmds, each);
+        self.apply_at_time(now, &mut cmds.into_iter(), |r| {
+            each(r);
+            true
+        });
     }
 
-    /// Applies commands at `now` and counts them; every way into the keyspace goes through
-    /// here, so the figures INFO shows cover them all.
+    /// Applies commands at `now` and counts them, until `each` answers false; every way into
+    /// the keyspace goes through here, so the figures INFO shows cover them all.
     fn apply_at_time(
         &mut self,
         now: u64,
-        cmds: impl IntoIterator<Item = KeyCmd>,
-        mut each: impl FnMut(Reply),
+        cmds: &mut impl Iterator<Item = KeyCmd>,
+        mut each: impl FnMut(Reply) -> bool,
     ) {
         let mut st = ExecStats::default();
         let mut n = 0u64;
         for c in cmds {
             n += 1;
-            each(keyed::execute(&mut self.store, c, now, &mut st));
+            if !each(keyed::execute(&mut self.store, c, now, &mut st)) {
+                break;
+            }
         }
         let s = &self.stats;
         s.commands.fetch_add(n, Ordering::Relaxed);
@@ -251,7 +286,10 @@ impl ShardCore {
     /// Applies a committed Raft entry's commands at the entry's time.
     pub fn apply_at(&mut self, now: u64, cmds: Vec<KeyCmd>) -> Vec<Reply> {
         let mut out = Vec::with_capacity(cmds.len());
-        self.apply_at_time(now, cmds, |r| out.push(r));
+        self.apply_at_time(now, &mut cmds.into_iter(), |r| {
+            out.push(r);
+            true
+        });
         out
     }
 
@@ -264,17 +302,37 @@ impl ShardCore {
             .import(records, |k| (lo..=hi).contains(&key_slot(k)));
     }
 
-    /// Applies a batch from another shard.
-    pub fn apply_batch(&mut self, cmds: Vec<KeyCmd>) -> Vec<Reply> {
+    /// Applies a batch from another shard, within a reply budget.
+    pub fn apply_batch(&mut self, cmds: Vec<KeyCmd>, budget: usize) -> Answer {
         self.stats.remote_batches.fetch_add(1, Ordering::Relaxed);
-        self.apply_batch_local(cmds)
+        self.apply_within(cmds, budget)
     }
 
-    /// Applies a batch from a connection on this shard.
+    /// Applies a whole batch from a connection on this shard.
     pub fn apply_batch_local(&mut self, cmds: Vec<KeyCmd>) -> Vec<Reply> {
         let mut out = Vec::with_capacity(cmds.len());
         self.apply(cmds, |r| out.push(r));
         out
+    }
+
+    /// Applies commands in order until their replies pass `budget` bytes, and hands back
+    /// the ones not run. The command that crosses the budget still runs, so every call
+    /// makes progress. Replies are copies, so this is what bounds the memory one round of
+    /// a client's pipelined reads (say, many GETs of a large value) can take.
+    pub fn apply_within(&mut self, cmds: Vec<KeyCmd>, budget: usize) -> Answer {
+        let now = self.now();
+        let mut replies = Vec::with_capacity(cmds.len());
+        let mut used = 0usize;
+        let mut it = cmds.into_iter();
+        self.apply_at_time(now, &mut it, |r| {
+            used = used.saturating_add(reply_bytes(&r));
+            replies.push(r);
+            used < budget
+        });
+        Answer {
+            replies,
+            rest: it.collect(),
+        }
     }
 
     /// One step of active expiry, then publishes the figures INFO shows.

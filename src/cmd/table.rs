@@ -525,6 +525,61 @@ pub static COMMANDS: &[CommandSpec] = &[
         "cluster",
         "Disables reads from replicas on this connection."
     ),
+    spec!(
+        "multi",
+        1,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        0,
+        0,
+        0,
+        ["@fast", "@transaction"],
+        "transactions",
+        "Starts a transaction: later commands are queued until EXEC."
+    ),
+    spec!(
+        "exec",
+        1,
+        ["noscript", "loading", "stale", "skip_slowlog"],
+        0,
+        0,
+        0,
+        ["@slow", "@transaction"],
+        "transactions",
+        "Runs the queued commands atomically on the shard that owns their slot."
+    ),
+    spec!(
+        "discard",
+        1,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        0,
+        0,
+        0,
+        ["@fast", "@transaction"],
+        "transactions",
+        "Drops the queued commands."
+    ),
+    spec!(
+        "watch",
+        -2,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        1,
+        -1,
+        1,
+        ["@fast", "@transaction"],
+        "transactions",
+        "Not supported: transactions on one slot are already atomic."
+    ),
+    spec!(
+        "unwatch",
+        1,
+        ["noscript", "loading", "stale", "fast", "allow_busy"],
+        0,
+        0,
+        0,
+        ["@fast", "@transaction"],
+        "transactions",
+        "Forgets watched keys (none are ever watched)."
+    ),
 ];
 
 /// Finds a command by its lowercase name.

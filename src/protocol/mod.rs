@@ -6,4 +6,4 @@ pub mod request;
 
 pub use args::{ArgError, Args};
 pub use reply::ReplyWriter;
-pub use request::{ProtocolError, Request, RequestLimits, parse_request};
+pub use request::{ProtocolError, Request, RequestLimits, RequestParser, parse_request};

@@ -12,10 +12,13 @@ use std::fmt;
 pub struct RequestLimits {
     /// Largest bulk string, in bytes.
     pub max_bulk_len: usize,
-    /// Most arguments in one request.
+    /// Most arguments in one request (multibulk or inline).
     pub max_args: usize,
     /// Longest inline command line, in bytes.
     pub max_inline_len: usize,
+    /// Most bytes one request may span on the wire, every bulk argument included (Redis's
+    /// `client-query-buffer-limit`).
+    pub max_request_bytes: usize,
 }
 
 impl Default for RequestLimits {
@@ -24,9 +27,17 @@ impl Default for RequestLimits {
             max_bulk_len: 512 * 1024 * 1024,
             max_args: 1024 * 1024,
             max_inline_len: 64 * 1024,
+            max_request_bytes: 1024 * 1024 * 1024,
         }
     }
 }
+
+/// Before a client has authenticated, Redis refuses requests larger than a handshake needs,
+/// so an anonymous peer cannot make the node buffer much.
+const PREAUTH_MAX_ARGS: i64 = 10;
+const PREAUTH_MAX_BULK: i64 = 16 * 1024;
+/// The longest a length line (`*<n>` or `$<n>`) can be: a sign, 19 digits and CRLF, with room.
+const MAX_LENGTH_LINE: usize = 32;
 
 /// A violation of the protocol: the connection gets this as an error reply and is then closed,
 /// because the stream can no longer be framed.
@@ -112,6 +123,11 @@ impl Request {
         self.len
     }
 
+    /// How many bytes the request took on the wire (for inline requests: its arguments).
+    pub fn wire_len(&self) -> usize {
+        self.frame.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -151,17 +167,203 @@ impl Request {
 
 /// Parses one request from the front of `buf`, consuming it. `Ok(None)` means more bytes are
 /// needed (nothing is consumed). An empty inline line is consumed and yields an empty request.
+///
+/// This starts from scratch on every call; a connection keeps a `RequestParser` instead, so a
+/// request that arrives in many small reads is scanned once.
 pub fn parse_request(
     buf: &mut BytesMut,
     limits: &RequestLimits,
 ) -> Result<Option<Request>, ProtocolError> {
-    if buf.is_empty() {
-        return Ok(None);
+    RequestParser::default().parse(buf, limits, true)
+}
+
+/// A connection's request parser: it remembers how far it got into an incomplete request, so
+/// the work done over all the reads of one request is linear in its bytes, whatever the sizes
+/// of the writes that carried it.
+///
+/// Invariant: between calls the caller only appends to the buffer; bytes before the end of
+/// the partial request are neither consumed nor changed.
+#[derive(Debug, Default)]
+pub struct RequestParser {
+    partial: Partial,
+}
+
+#[derive(Debug, Default)]
+enum Partial {
+    /// At the start of a request.
+    #[default]
+    Idle,
+    /// Inside a multibulk request: `left` arguments to go, the next one's header at `pos`,
+    /// the spans of those already complete in `req`.
+    Multi {
+        left: usize,
+        pos: usize,
+        req: Request,
+    },
+    /// Inside an inline request: no newline in the first `scanned` bytes.
+    Inline { scanned: usize },
+}
+
+impl RequestParser {
+    /// Parses the next request at the front of `buf` (see `parse_request`). `authed` false
+    /// applies Redis's limits for clients that have not authenticated yet.
+    pub fn parse(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &RequestLimits,
+        authed: bool,
+    ) -> Result<Option<Request>, ProtocolError> {
+        let res = match std::mem::take(&mut self.partial) {
+            Partial::Idle if buf.is_empty() => Ok(None),
+            Partial::Idle if buf[0] == b'*' => self.multibulk_header(buf, limits, authed),
+            Partial::Idle => self.inline(buf, limits, 0),
+            Partial::Multi { left, pos, req } => {
+                self.multibulk_args(buf, limits, authed, left, pos, req)
+            }
+            Partial::Inline { scanned } => self.inline(buf, limits, scanned),
+        };
+        if res.is_err() {
+            self.partial = Partial::Idle;
+        }
+        res
     }
-    if buf[0] == b'*' {
-        parse_multibulk(buf, limits)
-    } else {
-        parse_inline(buf, limits)
+
+    /// Whether part of a request has been received and more is awaited.
+    pub fn is_mid_request(&self) -> bool {
+        !matches!(self.partial, Partial::Idle)
+    }
+
+    fn multibulk_header(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &RequestLimits,
+        authed: bool,
+    ) -> Result<Option<Request>, ProtocolError> {
+        let Some(end) = find_crlf(buf, 1) else {
+            if buf.len() > MAX_LENGTH_LINE {
+                return perr("too big mbulk count string");
+            }
+            return Ok(None);
+        };
+        let count = match parse_len(&buf[1..end]) {
+            Some(n) if !authed && n > PREAUTH_MAX_ARGS => {
+                return perr("unauthenticated multibulk length");
+            }
+            Some(n) if n > 0 && n as u64 > limits.max_args as u64 => {
+                return perr("invalid multibulk length");
+            }
+            Some(n) => n,
+            None => return perr("invalid multibulk length"),
+        };
+        if count <= 0 {
+            buf.advance(end + 2);
+            return Ok(Some(Request::empty()));
+        }
+        self.multibulk_args(
+            buf,
+            limits,
+            authed,
+            count as usize,
+            end + 2,
+            Request::empty(),
+        )
+    }
+
+    fn multibulk_args(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &RequestLimits,
+        authed: bool,
+        mut left: usize,
+        mut pos: usize,
+        mut req: Request,
+    ) -> Result<Option<Request>, ProtocolError> {
+        while left > 0 {
+            if pos >= buf.len() {
+                return self.wait_multi(buf, limits, left, pos, req);
+            }
+            if buf[pos] != b'$' {
+                return perr(format!("expected '$', got '{}'", char::from(buf[pos])));
+            }
+            let Some(line_end) = find_crlf(buf, pos + 1) else {
+                if buf.len() - pos > MAX_LENGTH_LINE {
+                    return perr("invalid bulk length");
+                }
+                return self.wait_multi(buf, limits, left, pos, req);
+            };
+            let len = match parse_len(&buf[pos + 1..line_end]) {
+                Some(n) if !authed && n > PREAUTH_MAX_BULK => {
+                    return perr("unauthenticated bulk length");
+                }
+                Some(n) if n >= 0 && (n as u64) <= limits.max_bulk_len as u64 => n as usize,
+                _ => return perr("invalid bulk length"),
+            };
+            let start = line_end + 2;
+            let stop = start + len;
+            // Refuse as soon as the announced size passes the cap, before its bytes arrive.
+            if stop + 2 > limits.max_request_bytes {
+                return perr("request larger than client-query-buffer-limit");
+            }
+            if buf.len() < stop + 2 {
+                return self.wait_multi(buf, limits, left, pos, req);
+            }
+            if &buf[stop..stop + 2] != b"\r\n" {
+                return perr("bulk string not terminated by CRLF");
+            }
+            req.push(start, stop);
+            pos = stop + 2;
+            left -= 1;
+        }
+        req.frame = buf.split_to(pos).freeze();
+        Ok(Some(req))
+    }
+
+    /// Remembers an incomplete multibulk request, unless it already passes the size cap.
+    fn wait_multi(
+        &mut self,
+        buf: &BytesMut,
+        limits: &RequestLimits,
+        left: usize,
+        pos: usize,
+        req: Request,
+    ) -> Result<Option<Request>, ProtocolError> {
+        // The request is incomplete, so every buffered byte belongs to it.
+        if buf.len() > limits.max_request_bytes {
+            return perr("request larger than client-query-buffer-limit");
+        }
+        self.partial = Partial::Multi { left, pos, req };
+        Ok(None)
+    }
+
+    fn inline(
+        &mut self,
+        buf: &mut BytesMut,
+        limits: &RequestLimits,
+        scanned: usize,
+    ) -> Result<Option<Request>, ProtocolError> {
+        note_scanned(buf.len() - scanned);
+        let Some(off) = buf[scanned..].iter().position(|&b| b == b'\n') else {
+            if buf.len() > limits.max_inline_len {
+                return perr("too big inline request");
+            }
+            self.partial = Partial::Inline { scanned: buf.len() };
+            return Ok(None);
+        };
+        let nl = scanned + off;
+        if nl > limits.max_inline_len {
+            return perr("too big inline request");
+        }
+        let line = buf.split_to(nl + 1).freeze();
+        let mut end = nl;
+        if end > 0 && line[end - 1] == b'\r' {
+            end -= 1;
+        }
+        let parts = split_inline(&line[..end])
+            .ok_or_else(|| ProtocolError("unbalanced quotes in request".into()))?;
+        if parts.len() > limits.max_args {
+            return perr("too many arguments in inline request");
+        }
+        Ok(Some(Request::from_args(&parts)))
     }
 }
 
@@ -188,7 +390,22 @@ fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 fn memchr_cr(s: &[u8]) -> Option<usize> {
-    s.iter().position(|&b| b == b'\r')
+    let found = s.iter().position(|&b| b == b'\r');
+    note_scanned(found.map_or(s.len(), |i| i + 1));
+    found
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Bytes the scanning loops have examined on this thread, so tests can check that parsing
+    /// is linear in the input.
+    static SCANNED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[inline(always)]
+fn note_scanned(_n: usize) {
+    #[cfg(test)]
+    SCANNED.with(|c| c.set(c.get() + _n));
 }
 
 /// Parses a decimal integer as Redis does for lengths: optional '-', digits only.
@@ -208,87 +425,6 @@ fn parse_len(digits: &[u8]) -> Option<i64> {
         v = v * 10 + i64::from(c - b'0');
     }
     Some(if neg { -v } else { v })
-}
-
-fn parse_multibulk(
-    buf: &mut BytesMut,
-    limits: &RequestLimits,
-) -> Result<Option<Request>, ProtocolError> {
-    // First pass: check that the whole request is present without allocating, so a request
-    // that arrives in many small reads costs no repeated work beyond this scan.
-    let Some(end) = find_crlf(buf, 1) else {
-        if buf.len() > limits.max_inline_len {
-            return perr("too big mbulk count string");
-        }
-        return Ok(None);
-    };
-    let count = match parse_len(&buf[1..end]) {
-        Some(n) if n > 0 && n as u64 > limits.max_args as u64 => {
-            return perr("invalid multibulk length");
-        }
-        Some(n) => n,
-        None => return perr("invalid multibulk length"),
-    };
-    if count <= 0 {
-        buf.advance(end + 2);
-        return Ok(Some(Request::new(Bytes::new(), &[])));
-    }
-    let count = count as usize;
-    let mut pos = end + 2;
-    let mut req = Request::empty();
-    for _ in 0..count {
-        if pos >= buf.len() {
-            return Ok(None);
-        }
-        if buf[pos] != b'$' {
-            return perr(format!("expected '$', got '{}'", char::from(buf[pos])));
-        }
-        let Some(line_end) = find_crlf(buf, pos + 1) else {
-            if buf.len() - pos > 32 {
-                return perr("invalid bulk length");
-            }
-            return Ok(None);
-        };
-        let len = match parse_len(&buf[pos + 1..line_end]) {
-            Some(n) if n >= 0 && (n as u64) <= limits.max_bulk_len as u64 => n as usize,
-            _ => return perr("invalid bulk length"),
-        };
-        let start = line_end + 2;
-        let stop = start + len;
-        if buf.len() < stop + 2 {
-            return Ok(None);
-        }
-        if &buf[stop..stop + 2] != b"\r\n" {
-            return perr("bulk string not terminated by CRLF");
-        }
-        req.push(start, stop);
-        pos = stop + 2;
-    }
-    req.frame = buf.split_to(pos).freeze();
-    Ok(Some(req))
-}
-
-fn parse_inline(
-    buf: &mut BytesMut,
-    limits: &RequestLimits,
-) -> Result<Option<Request>, ProtocolError> {
-    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
-        if buf.len() > limits.max_inline_len {
-            return perr("too big inline request");
-        }
-        return Ok(None);
-    };
-    if nl > limits.max_inline_len {
-        return perr("too big inline request");
-    }
-    let line = buf.split_to(nl + 1).freeze();
-    let mut end = nl;
-    if end > 0 && line[end - 1] == b'\r' {
-        end -= 1;
-    }
-    split_inline(&line[..end])
-        .map(|parts| Some(Request::from_args(&parts)))
-        .ok_or_else(|| ProtocolError("unbalanced quotes in request".into()))
 }
 
 /// Splits an inline command line into arguments the way redis-cli users expect: whitespace
@@ -454,6 +590,7 @@ mod tests {
             max_bulk_len: 4,
             max_args: 2,
             max_inline_len: 8,
+            max_request_bytes: 64,
         };
         let mut b = BytesMut::from(&b"*3\r\n"[..]);
         assert!(parse_request(&mut b, &limits).is_err());
@@ -486,5 +623,133 @@ mod tests {
         let got = parse_all(b"*0\r\n*-1\r\n").unwrap();
         assert_eq!(got.len(), 2);
         assert!(got.iter().all(|r| r.is_empty()));
+    }
+
+    fn feed_in_pieces(wire: &[u8], piece: usize, authed: bool) -> Vec<Request> {
+        let mut p = RequestParser::default();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in wire.chunks(piece) {
+            buf.extend_from_slice(chunk);
+            while let Some(r) = p
+                .parse(&mut buf, &RequestLimits::default(), authed)
+                .unwrap()
+            {
+                out.push(r);
+            }
+        }
+        assert!(buf.is_empty() && !p.is_mid_request());
+        out
+    }
+
+    #[test]
+    fn a_request_fed_byte_by_byte_parses_the_same() {
+        let wire = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\nPING\r\n*1\r\n$4\r\nPING\r\n";
+        for piece in [1, 2, 3, 5, 7, 64] {
+            let got: Vec<Vec<Bytes>> = feed_in_pieces(wire, piece, true)
+                .iter()
+                .map(Request::to_vec)
+                .collect();
+            assert_eq!(got.len(), 3, "piece {piece}");
+            assert_eq!(got[0][2], &b"hello"[..]);
+            assert_eq!(got[1][0], &b"PING"[..]);
+        }
+    }
+
+    #[test]
+    fn parsing_work_is_linear_in_the_bytes_received() {
+        // 65,536 arguments arriving 14 bytes at a time: rescanning from the start on every
+        // read would examine billions of bytes.
+        let mut wire = b"*65536\r\n".to_vec();
+        for _ in 0..65536 {
+            wire.extend_from_slice(b"$1\r\nx\r\n");
+        }
+        SCANNED.with(|c| c.set(0));
+        let reqs = feed_in_pieces(&wire, 14, true);
+        assert_eq!(reqs[0].len(), 65536);
+        let scanned = SCANNED.with(|c| c.get());
+        assert!(
+            scanned <= 2 * wire.len(),
+            "examined {scanned} bytes for a {} byte request",
+            wire.len()
+        );
+        // An inline line trickling in is scanned once too.
+        let mut line = vec![b'a'; 60_000];
+        line.extend_from_slice(b"\r\n");
+        SCANNED.with(|c| c.set(0));
+        assert_eq!(feed_in_pieces(&line, 14, true).len(), 1);
+        assert!(SCANNED.with(|c| c.get()) <= 2 * line.len());
+    }
+
+    #[test]
+    fn the_size_cap_counts_bulk_bytes_and_refuses_before_they_arrive() {
+        let limits = RequestLimits {
+            max_request_bytes: 1024,
+            ..RequestLimits::default()
+        };
+        let mut p = RequestParser::default();
+        // The header alone announces more than the cap: refused without waiting for the data.
+        let mut b = BytesMut::from(&b"*2\r\n$3\r\nSET\r\n$2000\r\n"[..]);
+        let e = p.parse(&mut b, &limits, true).unwrap_err();
+        assert!(e.to_string().contains("client-query-buffer-limit"), "{e}");
+        // Many small arguments that add up past the cap are refused too.
+        let mut p = RequestParser::default();
+        let mut b = BytesMut::from(&b"*1000\r\n"[..]);
+        let mut refused = false;
+        for _ in 0..1000 {
+            b.extend_from_slice(b"$1\r\nx\r\n");
+            match p.parse(&mut b, &limits, true) {
+                Ok(None) => {}
+                Ok(Some(_)) => panic!("a request over the cap was accepted"),
+                Err(_) => {
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        assert!(refused);
+        // Within the cap it parses.
+        let mut b = BytesMut::from(&b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n"[..]);
+        assert!(
+            RequestParser::default()
+                .parse(&mut b, &limits, true)
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_the_handshake_limits() {
+        let limits = RequestLimits::default();
+        let mut b = BytesMut::from(&b"*11\r\n"[..]);
+        let e = RequestParser::default()
+            .parse(&mut b, &limits, false)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Protocol error: unauthenticated multibulk length"
+        );
+        let mut b = BytesMut::from(&b"*2\r\n$4\r\nAUTH\r\n$16385\r\n"[..]);
+        let e = RequestParser::default()
+            .parse(&mut b, &limits, false)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "Protocol error: unauthenticated bulk length");
+        let mut b = BytesMut::from(&b"*11\r\n"[..]);
+        assert!(matches!(
+            RequestParser::default().parse(&mut b, &limits, true),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn inline_requests_obey_the_argument_cap() {
+        let limits = RequestLimits {
+            max_args: 3,
+            ..RequestLimits::default()
+        };
+        let mut b = BytesMut::from(&b"a b c d\r\n"[..]);
+        assert!(parse_request(&mut b, &limits).is_err());
+        let mut b = BytesMut::from(&b"a b c\r\n"[..]);
+        assert!(parse_request(&mut b, &limits).unwrap().is_some());
     }
 }

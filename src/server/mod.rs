@@ -8,20 +8,24 @@
 //! the round so far is flushed first, so order is kept.
 
 mod cluster_cmds;
+mod conn;
 mod info;
 mod node_cmds;
 
 use crate::clock::Clock;
 use crate::cluster::node::{Cluster, ProposeError};
 use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
-use crate::cmd::{self, MultiCmd, Parsed, table};
+use crate::cmd::{MultiCmd, table};
 use crate::config::Settings;
-use crate::protocol::{Args, ReplyWriter, RequestLimits, parse_request};
+use crate::protocol::{Args, ReplyWriter, RequestLimits};
 use crate::rules::RuleStore;
-use crate::shard::{self, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg};
+use crate::shard::{
+    self, Answer, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg,
+};
 use crate::slot::key_slot;
 use crate::store::Store;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use conn::Conn;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,13 +33,11 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-/// Most requests handled per round before replies are written (the rest wait in the buffer).
-const MAX_BATCH: usize = 1024;
 /// Version reported to clients that gate features on the Redis version.
 pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -46,6 +48,8 @@ pub struct NodeStats {
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Clients closed because all clients' buffers passed `maxmemory-clients`.
+    pub evicted_clients: AtomicU64,
     pub checks_per_sec: AtomicU64,
     pub commands_per_sec: AtomicU64,
 }
@@ -94,6 +98,12 @@ pub struct Node {
     /// slots of a group live on one shard, so a group's keys can be snapshotted together.
     slot_shard: Vec<u16>,
     cluster: std::sync::OnceLock<Arc<Cluster>>,
+    /// Bytes all client connections hold in their request and reply buffers.
+    pub client_buffer_bytes: AtomicUsize,
+    /// The largest string value any command has stored (a high-water mark, never lowered).
+    pub largest_value: AtomicUsize,
+    /// When free heap memory was last handed back to the operating system (ms of uptime).
+    last_trim_ms: AtomicU64,
 }
 
 impl Node {
@@ -107,7 +117,43 @@ impl Node {
     }
 
     fn shard_of(&self, key: &[u8]) -> usize {
-        usize::from(self.slot_shard[usize::from(key_slot(key))])
+        self.slot_owner(key_slot(key))
+    }
+
+    /// The shard that owns a hash slot.
+    fn slot_owner(&self, slot: u16) -> usize {
+        usize::from(self.slot_shard[usize::from(slot) % self.slot_shard.len()])
+    }
+
+    /// What a request may be, as configured now.
+    pub fn request_limits(&self) -> RequestLimits {
+        self.limits
+    }
+
+    /// The node-wide cap on client buffers (0 = none).
+    pub fn maxmemory_clients(&self) -> usize {
+        self.settings.maxmemory_clients
+    }
+
+    /// Raises the largest-value mark; a plain store only when the value is large.
+    fn note_value_len(&self, len: usize) {
+        if len > 4096 {
+            self.largest_value.fetch_max(len, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands free heap memory back to the operating system, at most once a second.
+    fn release_free_memory(&self) {
+        let now = self.uptime_ms();
+        let last = self.last_trim_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1000
+            && self
+                .last_trim_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            shard::release_free_memory();
+        }
     }
 
     fn uptime_ms(&self) -> u64 {
@@ -162,6 +208,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         max_bulk_len: settings.proto_max_bulk_len,
         max_args: settings.max_args,
         max_inline_len: settings.max_inline_len,
+        max_request_bytes: settings.client_query_buffer_limit,
     };
     let (tx, rx) = watch::channel(false);
     // One set of caps for the whole node, shared by the shards' stores.
@@ -192,6 +239,9 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         shutdown: rx.clone(),
         slot_shard,
         cluster: std::sync::OnceLock::new(),
+        client_buffer_bytes: AtomicUsize::new(0),
+        largest_value: AtomicUsize::new(0),
+        last_trim_ms: AtomicU64::new(0),
     });
     let mut threads = Vec::with_capacity(n);
     for (id, inbox) in inboxes.into_iter().enumerate() {
@@ -274,10 +324,14 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
         let mut conns = tokio::task::JoinSet::new();
         while let Some(msg) = inbox.recv().await {
             match msg {
-                ShardMsg::Batch { cmds, reply } => {
-                    let replies = core.borrow_mut().apply_batch(cmds);
+                ShardMsg::Batch {
+                    cmds,
+                    budget,
+                    reply,
+                } => {
+                    let answer = core.borrow_mut().apply_batch(cmds, budget);
                     // The asking connection may have gone; its replies are then dropped.
-                    let _ = reply.send(replies);
+                    let _ = reply.send(answer);
                 }
                 ShardMsg::ApplyAt { batches, reply } => {
                     let mut core = core.borrow_mut();
@@ -374,8 +428,8 @@ async fn serve_connection(
     let peer = stream.peer_addr().unwrap_or(node.addr);
     let shard = core.borrow().id;
     let info = register(&node, &stream, peer, shard);
-    let mut conn = Conn::new(node.clone(), core, info.clone());
-    if let Err(e) = conn.serve(stream, shutdown).await {
+    let mut conn = Conn::new(node.clone(), core, info.clone(), stream);
+    if let Err(e) = conn.serve(shutdown).await {
         tracing::debug!(client = info.id, "connection closed: {e}");
     }
     lock(&node.clients).remove(&info.id);
@@ -447,337 +501,22 @@ async fn watch_rules(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// Where one request's reply comes from, in request order.
-enum Part {
-    /// Already encoded, in `Round::local[start..end]`.
-    Local(usize, usize),
-    /// The next reply from this shard's batch.
-    Shard(usize),
-}
-
-/// The requests of one round, split by shard (standalone) or by Raft group (cluster).
-struct Round {
-    per_shard: Vec<Vec<KeyCmd>>,
-    /// Cluster mode: the hash slot of each command in `per_shard`, for -MOVED replies.
-    slots: Vec<Vec<u16>>,
-    order: Vec<Part>,
-    local: Vec<u8>,
-}
-
 /// A batch in flight: answered inline (own shard) or awaited from another shard.
 enum Pending {
     Ready(Vec<Reply>),
-    Wait(oneshot::Receiver<Vec<Reply>>),
+    Wait(oneshot::Receiver<Answer>),
 }
 
 impl Pending {
     async fn replies(self) -> Result<Vec<Reply>, ShardGone> {
         match self {
             Pending::Ready(r) => Ok(r),
-            Pending::Wait(rx) => rx.await.map_err(|_| ShardGone),
+            Pending::Wait(rx) => rx.await.map(|a| a.replies).map_err(|_| ShardGone),
         }
     }
-}
-
-/// One client connection.
-struct Conn {
-    node: Arc<Node>,
-    core: CoreRef,
-    my_shard: usize,
-    info: Arc<ClientInfo>,
-    resp3: bool,
-    authed: bool,
-    quit: bool,
-    round: Round,
 }
 
 impl Conn {
-    fn new(node: Arc<Node>, core: CoreRef, info: Arc<ClientInfo>) -> Conn {
-        let n = match node.cluster() {
-            Some(c) => c.spec.groups as usize,
-            None => node.shards.len(),
-        };
-        let my_shard = core.borrow().id;
-        Conn {
-            authed: node.settings.requirepass.is_none(),
-            node,
-            core,
-            my_shard,
-            info,
-            resp3: false,
-            quit: false,
-            round: Round {
-                per_shard: (0..n).map(|_| Vec::new()).collect(),
-                slots: (0..n).map(|_| Vec::new()).collect(),
-                order: Vec::new(),
-                local: Vec::new(),
-            },
-        }
-    }
-
-    async fn serve(
-        &mut self,
-        mut stream: TcpStream,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> std::io::Result<()> {
-        let mut rbuf = BytesMut::with_capacity(16 * 1024);
-        let mut out: Vec<u8> = Vec::with_capacity(16 * 1024);
-        let limits = self.node.limits;
-        loop {
-            // Answer everything already buffered before reading more: a client cannot make
-            // the node hold more than one round of replies.
-            let mut reqs = Vec::new();
-            let mut proto_err = None;
-            while reqs.len() < MAX_BATCH {
-                match parse_request(&mut rbuf, &limits) {
-                    Ok(Some(r)) if r.is_empty() => {}
-                    Ok(Some(r)) => reqs.push(r),
-                    Ok(None) => break,
-                    Err(e) => {
-                        proto_err = Some(e);
-                        break;
-                    }
-                }
-            }
-            let more_buffered = reqs.len() == MAX_BATCH;
-            if !reqs.is_empty() {
-                self.info
-                    .last_active_ms
-                    .store(self.node.uptime_ms(), Ordering::Relaxed);
-                // Counted per shard: one node-wide counter would bounce between cores.
-                self.node.shards[self.my_shard]
-                    .stats
-                    .requests
-                    .fetch_add(reqs.len() as u64, Ordering::Relaxed);
-                if self.run_round(reqs, &mut out).await.is_err() {
-                    ReplyWriter::new(&mut out, self.resp3).error("ERR server is shutting down");
-                    self.quit = true;
-                }
-            }
-            if let Some(e) = &proto_err {
-                self.node
-                    .stats
-                    .protocol_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                ReplyWriter::new(&mut out, self.resp3).error(&format!("ERR {e}"));
-                self.quit = true;
-            }
-            if !out.is_empty() {
-                stream.write_all(&out).await?;
-                out.clear();
-                if out.capacity() > 1 << 20 {
-                    out.shrink_to(64 * 1024);
-                }
-            }
-            if self.quit {
-                let _ = stream.shutdown().await;
-                return Ok(());
-            }
-            if more_buffered {
-                continue;
-            }
-            if rbuf.capacity() - rbuf.len() < 4096 {
-                rbuf.reserve(16 * 1024);
-            }
-            tokio::select! {
-                n = stream.read_buf(&mut rbuf) => {
-                    if n? == 0 {
-                        return Ok(());
-                    }
-                }
-                _ = shutdown.changed() => return Ok(()),
-            }
-        }
-    }
-
-    /// Handles one round of requests, appending every reply to `out` in order.
-    async fn run_round(
-        &mut self,
-        reqs: Vec<crate::protocol::Request>,
-        out: &mut Vec<u8>,
-    ) -> Result<(), ShardGone> {
-        let rules = self.node.rules.load();
-        if let Some(last) = reqs.last() {
-            let idx = table::index_of(last.name()).map_or(0, |i| i + 1);
-            self.info.last_cmd.store(idx, Ordering::Relaxed);
-        }
-        for req in reqs {
-            if self.quit {
-                break;
-            }
-            if !self.authed && !is_no_auth(req.name()) {
-                self.local_error("NOAUTH Authentication required.");
-                continue;
-            }
-            match cmd::parse(req, &rules) {
-                Err(e) => self.local_error(&e.message()),
-                Ok(Parsed::Keyed { route, cmd }) if self.node.cluster().is_some() => {
-                    self.push_to_group(key_slot(&route), cmd);
-                }
-                Ok(Parsed::Multi(m)) if self.node.cluster().is_some() => {
-                    let slot = key_slot(&m.keys()[0]);
-                    if m.keys().iter().all(|k| key_slot(k) == slot) {
-                        self.push_to_group(slot, m.into_key_cmd());
-                    } else {
-                        self.local_error("CROSSSLOT Keys in request don't hash to the same slot");
-                    }
-                }
-                Ok(Parsed::Keyed { route, cmd }) => {
-                    let s = self.node.shard_of(&route);
-                    self.round.per_shard[s].push(cmd);
-                    self.round.order.push(Part::Shard(s));
-                }
-                Ok(Parsed::Multi(m)) => {
-                    let first = self.node.shard_of(&m.keys()[0]);
-                    if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
-                        self.round.per_shard[first].push(m.into_key_cmd());
-                        self.round.order.push(Part::Shard(first));
-                    } else {
-                        self.flush(out).await?;
-                        let reply = self.cross_shard(m).await?;
-                        encode(&mut ReplyWriter::new(out, self.resp3), &reply);
-                    }
-                }
-                Ok(Parsed::Node(spec, args)) => {
-                    if is_barrier(spec.name) {
-                        self.flush(out).await?;
-                        let mut buf = std::mem::take(&mut self.round.local);
-                        let res = self.node_command(spec, args, &mut buf).await;
-                        out.extend_from_slice(&buf);
-                        buf.clear();
-                        self.round.local = buf;
-                        res?;
-                    } else {
-                        let start = self.round.local.len();
-                        let mut buf = std::mem::take(&mut self.round.local);
-                        let res = self.node_command(spec, args, &mut buf).await;
-                        self.round.local = buf;
-                        self.round
-                            .order
-                            .push(Part::Local(start, self.round.local.len()));
-                        res?;
-                    }
-                }
-            }
-        }
-        self.flush(out).await
-    }
-
-    /// Cluster mode: queues a command for the group that owns `slot`.
-    fn push_to_group(&mut self, slot: u16, cmd: KeyCmd) {
-        let Some(c) = self.node.cluster() else {
-            return;
-        };
-        let g = c.group_of_slot(slot) as usize;
-        self.round.per_shard[g].push(cmd);
-        self.round.slots[g].push(slot);
-        self.round.order.push(Part::Shard(g));
-    }
-
-    /// Cluster mode: proposes each group's share of the round (all groups at once) and writes
-    /// the replies in order. A group that cannot take the batch answers each of its commands
-    /// with the error a Redis Cluster client acts on.
-    async fn flush_cluster(&mut self, cluster: Arc<Cluster>, out: &mut Vec<u8>) {
-        let n = self.round.per_shard.len();
-        let mut work = Vec::new();
-        for g in 0..n {
-            if !self.round.per_shard[g].is_empty() {
-                let cmds = std::mem::take(&mut self.round.per_shard[g]);
-                let slots = std::mem::take(&mut self.round.slots[g]);
-                let c = cluster.clone();
-                work.push(async move { (g, slots, c.propose(g as u32, cmds).await) });
-            }
-        }
-        let mut replies: Vec<std::vec::IntoIter<Reply>> =
-            (0..n).map(|_| Vec::new().into_iter()).collect();
-        for (g, slots, result) in futures_util::future::join_all(work).await {
-            let list: Vec<Reply> = match result {
-                Ok(r) => r,
-                Err(e) => slots
-                    .iter()
-                    .map(|&slot| {
-                        Reply::Error(std::borrow::Cow::Owned(cluster_error(&cluster, slot, &e)))
-                    })
-                    .collect(),
-            };
-            replies[g] = list.into_iter();
-        }
-        let mut w = ReplyWriter::new(out, self.resp3);
-        for part in self.round.order.drain(..) {
-            match part {
-                Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
-                Part::Shard(g) => match replies[g].next() {
-                    Some(r) => encode(&mut w, &r),
-                    None => w.error("ERR internal error: missing reply"),
-                },
-            }
-        }
-        self.round.local.clear();
-    }
-
-    fn local_error(&mut self, msg: &str) {
-        let start = self.round.local.len();
-        ReplyWriter::new(&mut self.round.local, self.resp3).error(msg);
-        self.round
-            .order
-            .push(Part::Local(start, self.round.local.len()));
-    }
-
-    /// Sends a batch to shard `s`: run inline when it is this connection's own shard.
-    async fn dispatch(&self, s: usize, cmds: Vec<KeyCmd>) -> Result<Pending, ShardGone> {
-        if s == self.my_shard {
-            Ok(Pending::Ready(
-                self.core.borrow_mut().apply_batch_local(cmds),
-            ))
-        } else {
-            Ok(Pending::Wait(self.node.shards[s].submit(cmds).await?))
-        }
-    }
-
-    /// Runs every shard's share of the round, and writes all replies in order.
-    async fn flush(&mut self, out: &mut Vec<u8>) -> Result<(), ShardGone> {
-        if self.round.order.is_empty() {
-            return Ok(());
-        }
-        if let Some(c) = self.node.cluster() {
-            let c = c.clone();
-            self.flush_cluster(c, out).await;
-            return Ok(());
-        }
-        let n = self.round.per_shard.len();
-        // Send the other shards their batches first, so they work while this one does.
-        let mut waits: Vec<Option<oneshot::Receiver<Vec<Reply>>>> = (0..n).map(|_| None).collect();
-        for (s, wait) in waits.iter_mut().enumerate() {
-            if s != self.my_shard && !self.round.per_shard[s].is_empty() {
-                let batch = std::mem::take(&mut self.round.per_shard[s]);
-                *wait = Some(self.node.shards[s].submit(batch).await?);
-            }
-        }
-        let mut replies: Vec<std::vec::IntoIter<Reply>> =
-            (0..n).map(|_| Vec::new().into_iter()).collect();
-        let mine = std::mem::take(&mut self.round.per_shard[self.my_shard]);
-        if !mine.is_empty() {
-            replies[self.my_shard] = self.core.borrow_mut().apply_batch_local(mine).into_iter();
-        }
-        for (s, w) in waits.into_iter().enumerate() {
-            if let Some(rx) = w {
-                replies[s] = rx.await.map_err(|_| ShardGone)?.into_iter();
-            }
-        }
-        let mut w = ReplyWriter::new(out, self.resp3);
-        for part in self.round.order.drain(..) {
-            match part {
-                Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
-                Part::Shard(s) => match replies[s].next() {
-                    Some(r) => encode(&mut w, &r),
-                    None => w.error("ERR internal error: missing reply"),
-                },
-            }
-        }
-        self.round.local.clear();
-        Ok(())
-    }
-
     /// A multi-key command whose keys live on several shards.
     async fn cross_shard(&mut self, m: MultiCmd) -> Result<Reply, ShardGone> {
         let n = self.node.shards.len();

@@ -1,0 +1,765 @@
+//! One client connection: reads requests, runs them on the shards that own their keys, and
+//! writes the replies back in request order.
+//!
+//! The connection task is the coordinator for its client. Each round it parses what the
+//! socket delivered (up to `MAX_BATCH` requests), runs the commands its own shard owns inline,
+//! sends every other shard one batch with its share, and writes the replies in order.
+//! Commands that change how later replies are encoded (HELLO), that gate later commands
+//! (AUTH), or that span shards act as barriers: the round so far is flushed first.
+//!
+//! What one client can make the node hold is bounded in bytes:
+//! - a request may not pass `client-query-buffer-limit` (bulk arguments included), and before
+//!   AUTH only handshake-sized requests are accepted;
+//! - replies are produced and written in pieces of about `REPLY_BUDGET` bytes, and nothing more
+//!   is read until the socket has taken them, so a client that does not read its replies
+//!   stalls only itself;
+//! - a transaction's queued commands count against the same request cap;
+//! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
+//!   growth passes it is closed.
+
+use super::{ClientInfo, Node, Pending, cluster_error, encode, is_barrier, is_no_auth};
+use crate::cluster::node::Cluster;
+use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{self, ParseError, Parsed, table};
+use crate::protocol::{Args, ReplyWriter, Request, RequestParser};
+use crate::shard::{Answer, CoreRef, ShardGone};
+use crate::slot::key_slot;
+use bytes::BytesMut;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+/// Most requests handled per round before replies are written (the rest wait in the buffer).
+const MAX_BATCH: usize = 1024;
+/// Bytes of replies a round produces before they are written out and the shards are asked
+/// for more. Also what each shard's share of a round may produce at once.
+pub(super) const REPLY_BUDGET: usize = 256 * 1024;
+/// Cluster mode materialises a whole round's replies when its entries commit; rounds with
+/// commands that return stored values are cut so that those replies stay under this.
+const CLUSTER_REPLY_BUDGET: usize = 16 * 1024 * 1024;
+/// What a read asks the socket for.
+const READ_CHUNK: usize = 16 * 1024;
+/// Buffers larger than this are given back once they are mostly empty.
+const SHRINK_ABOVE: usize = 1024 * 1024;
+/// A connection holding less than this is never closed for the node-wide buffer cap: the cap
+/// is aimed at the clients that hold a lot.
+const EVICT_FLOOR: usize = 256 * 1024;
+
+/// Why a connection stops serving.
+pub(super) enum Stop {
+    /// A shard is gone: the node is shutting down.
+    Gone,
+    Io(std::io::Error),
+}
+
+impl From<ShardGone> for Stop {
+    fn from(_: ShardGone) -> Self {
+        Stop::Gone
+    }
+}
+
+impl From<std::io::Error> for Stop {
+    fn from(e: std::io::Error) -> Self {
+        Stop::Io(e)
+    }
+}
+
+/// Where one request's reply comes from, in request order.
+enum Part {
+    /// Already encoded, in `Round::local[start..end]`.
+    Local(usize, usize),
+    /// The next reply from this shard's (standalone) or group's (cluster) batch.
+    Unit(usize),
+}
+
+/// The requests of one round, split by shard (standalone) or by Raft group (cluster).
+struct Round {
+    queued: Vec<Vec<KeyCmd>>,
+    /// Cluster mode: the hash slot of each command in `queued`, for -MOVED replies.
+    slots: Vec<Vec<u16>>,
+    order: Vec<Part>,
+    local: Vec<u8>,
+    /// Cluster mode: commands in this round that return a stored value.
+    value_cmds: usize,
+}
+
+/// A transaction being queued (between MULTI and EXEC).
+#[derive(Default)]
+struct Txn {
+    items: Vec<TxnItem>,
+    /// Wire bytes of the queued requests, held until EXEC.
+    bytes: usize,
+    /// A queued command was refused: EXEC aborts.
+    dirty: bool,
+    /// The slot every keyed command must share.
+    slot: Option<u16>,
+}
+
+enum TxnItem {
+    Key(KeyCmd),
+    Node(&'static table::CommandSpec, Args),
+}
+
+/// One client connection.
+pub(super) struct Conn {
+    pub(super) node: Arc<Node>,
+    pub(super) core: CoreRef,
+    pub(super) my_shard: usize,
+    pub(super) info: Arc<ClientInfo>,
+    pub(super) resp3: bool,
+    pub(super) authed: bool,
+    pub(super) quit: bool,
+    round: Round,
+    stream: TcpStream,
+    rbuf: BytesMut,
+    out: Vec<u8>,
+    parser: RequestParser,
+    txn: Option<Txn>,
+    /// This connection's share of `Node::client_buffer_bytes`.
+    accounted: usize,
+    /// The most its buffers held at once.
+    peak: usize,
+}
+
+impl Conn {
+    pub(super) fn new(
+        node: Arc<Node>,
+        core: CoreRef,
+        info: Arc<ClientInfo>,
+        stream: TcpStream,
+    ) -> Conn {
+        let n = match node.cluster() {
+            Some(c) => c.spec.groups as usize,
+            None => node.shards.len(),
+        };
+        let my_shard = core.borrow().id;
+        Conn {
+            authed: node.settings.requirepass.is_none(),
+            node,
+            core,
+            my_shard,
+            info,
+            resp3: false,
+            quit: false,
+            round: Round {
+                queued: (0..n).map(|_| Vec::new()).collect(),
+                slots: (0..n).map(|_| Vec::new()).collect(),
+                order: Vec::new(),
+                local: Vec::new(),
+                value_cmds: 0,
+            },
+            stream,
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            out: Vec::with_capacity(READ_CHUNK),
+            parser: RequestParser::default(),
+            txn: None,
+            accounted: 0,
+            peak: 0,
+        }
+    }
+
+    /// Serves the client until it leaves, the node shuts down, or a limit closes it; then
+    /// gives back what its buffers held.
+    pub(super) async fn serve(&mut self, shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+        let res = self.serve_loop(shutdown).await;
+        self.rbuf = BytesMut::new();
+        self.out = Vec::new();
+        self.account();
+        if self.peak > SHRINK_ABOVE {
+            // A large client's buffers went back to the allocator, which keeps them; hand
+            // them to the operating system so RSS falls once such clients have left.
+            self.node.release_free_memory();
+        }
+        res
+    }
+
+    async fn serve_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+        loop {
+            let limits = self.node.request_limits();
+            // Until the client has authenticated, one request at a time: AUTH changes which
+            // limits the next request is parsed with.
+            let max_batch = if self.authed { MAX_BATCH } else { 1 };
+            let mut reqs = Vec::new();
+            let mut proto_err = None;
+            while reqs.len() < max_batch {
+                match self.parser.parse(&mut self.rbuf, &limits, self.authed) {
+                    Ok(Some(r)) if r.is_empty() => {}
+                    Ok(Some(r)) => reqs.push(r),
+                    Ok(None) => break,
+                    Err(e) => {
+                        proto_err = Some(e);
+                        break;
+                    }
+                }
+            }
+            let more_buffered = reqs.len() == max_batch;
+            self.info
+                .qbuf
+                .store(self.rbuf.len() as u64, Ordering::Relaxed);
+            if !reqs.is_empty() {
+                self.info
+                    .last_active_ms
+                    .store(self.node.uptime_ms(), Ordering::Relaxed);
+                // Counted per shard: one node-wide counter would bounce between cores.
+                self.node.shards[self.my_shard]
+                    .stats
+                    .requests
+                    .fetch_add(reqs.len() as u64, Ordering::Relaxed);
+                match self.run_round(reqs).await {
+                    Ok(()) => {}
+                    Err(Stop::Gone) => {
+                        ReplyWriter::new(&mut self.out, self.resp3)
+                            .error("ERR server is shutting down");
+                        self.quit = true;
+                    }
+                    Err(Stop::Io(e)) => return Err(e),
+                }
+            }
+            if let Some(e) = &proto_err {
+                self.node
+                    .stats
+                    .protocol_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                ReplyWriter::new(&mut self.out, self.resp3).error(&format!("ERR {e}"));
+                self.quit = true;
+            }
+            self.write_out().await?;
+            if self.quit {
+                let _ = self.stream.shutdown().await;
+                return Ok(());
+            }
+            if more_buffered {
+                // Let the shard's other connections have a turn before the next round.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if self.rbuf.capacity() > SHRINK_ABOVE && self.rbuf.len() < self.rbuf.capacity() / 8 {
+                // Keep what is buffered (the start of a request: the parser's offsets stay
+                // valid, they count from the buffer's start) in a right-sized buffer.
+                let mut fresh = BytesMut::with_capacity((self.rbuf.len() * 2).max(READ_CHUNK));
+                fresh.extend_from_slice(&self.rbuf);
+                self.rbuf = fresh;
+            }
+            if self.rbuf.capacity() - self.rbuf.len() < 4096 {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                n = self.stream.read_buf(&mut self.rbuf) => {
+                    if n? == 0 {
+                        return Ok(());
+                    }
+                }
+                _ = shutdown.changed() => return Ok(()),
+            }
+            if self.over_client_cap() {
+                self.node
+                    .stats
+                    .evicted_clients
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    client = self.info.id,
+                    bytes = self.accounted,
+                    "closing a client: connections' buffers passed maxmemory-clients"
+                );
+                let _ = self
+                    .stream
+                    .write_all(b"-ERR client buffers passed maxmemory-clients; closing\r\n")
+                    .await;
+                let _ = self.stream.shutdown().await;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Updates this connection's share of the node-wide buffer count.
+    fn account(&mut self) {
+        let now = self.rbuf.capacity() + self.out.capacity();
+        self.peak = self.peak.max(now);
+        if now != self.accounted {
+            let total = &self.node.client_buffer_bytes;
+            if now > self.accounted {
+                total.fetch_add(now - self.accounted, Ordering::Relaxed);
+            } else {
+                total.fetch_sub(self.accounted - now, Ordering::Relaxed);
+            }
+            self.accounted = now;
+        }
+    }
+
+    /// Whether this connection must be closed because all connections together hold more
+    /// than `maxmemory-clients` and it holds a lot of it.
+    fn over_client_cap(&mut self) -> bool {
+        self.account();
+        let cap = self.node.maxmemory_clients();
+        cap > 0
+            && self.accounted > EVICT_FLOOR
+            && self.node.client_buffer_bytes.load(Ordering::Relaxed) > cap
+    }
+
+    /// Writes every encoded reply to the socket; waits while the client is not reading.
+    async fn write_out(&mut self) -> std::io::Result<()> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        self.info
+            .omem
+            .store(self.out.len() as u64, Ordering::Relaxed);
+        self.account();
+        self.stream.write_all(&self.out).await?;
+        self.out.clear();
+        self.info.omem.store(0, Ordering::Relaxed);
+        if self.out.capacity() > SHRINK_ABOVE {
+            self.out.shrink_to(REPLY_BUDGET);
+        }
+        Ok(())
+    }
+
+    /// Handles one round of requests, appending every reply to `out` in order.
+    async fn run_round(&mut self, reqs: Vec<Request>) -> Result<(), Stop> {
+        let rules = self.node.rules.load();
+        if let Some(last) = reqs.last() {
+            let idx = table::index_of(last.name()).map_or(0, |i| i + 1);
+            self.info.last_cmd.store(idx, Ordering::Relaxed);
+        }
+        for req in reqs {
+            if self.quit {
+                break;
+            }
+            if !self.authed && !is_no_auth(req.name()) {
+                if let Some(t) = &mut self.txn {
+                    t.dirty = true;
+                }
+                self.local_error("NOAUTH Authentication required.");
+                continue;
+            }
+            let wire_len = req.wire_len();
+            let parsed = cmd::parse(req, &rules);
+            if self.txn.is_some() {
+                self.in_transaction(parsed, wire_len).await?;
+                continue;
+            }
+            match parsed {
+                Err(e) => self.local_error(&e.message()),
+                Ok(Parsed::Keyed { route, cmd }) => self.push_keyed(&route, cmd).await?,
+                Ok(Parsed::Multi(m)) if self.node.cluster().is_some() => {
+                    let slot = key_slot(&m.keys()[0]);
+                    if m.keys().iter().all(|k| key_slot(k) == slot) {
+                        self.push_to_group(slot, m.into_key_cmd()).await?;
+                    } else {
+                        self.local_error("CROSSSLOT Keys in request don't hash to the same slot");
+                    }
+                }
+                Ok(Parsed::Multi(m)) => {
+                    let first = self.node.shard_of(&m.keys()[0]);
+                    if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
+                        self.round.queued[first].push(m.into_key_cmd());
+                        self.round.order.push(Part::Unit(first));
+                    } else {
+                        self.flush().await?;
+                        let reply = self.cross_shard(m).await?;
+                        encode(&mut ReplyWriter::new(&mut self.out, self.resp3), &reply);
+                    }
+                }
+                Ok(Parsed::Node(spec, args)) => match spec.name {
+                    "multi" => {
+                        self.txn = Some(Txn::default());
+                        self.local_reply(|w| w.ok());
+                    }
+                    "exec" => self.local_error("ERR EXEC without MULTI"),
+                    "discard" => self.local_error("ERR DISCARD without MULTI"),
+                    // Nothing is ever watched, so there is nothing to forget.
+                    "unwatch" => self.local_reply(|w| w.ok()),
+                    "watch" => self.local_error(WATCH_UNSUPPORTED),
+                    _ => self.node_cmd(spec, args).await?,
+                },
+            }
+        }
+        self.flush().await
+    }
+
+    /// Runs a command the node answers itself, in order with the round's other replies.
+    async fn node_cmd(
+        &mut self,
+        spec: &'static table::CommandSpec,
+        args: Args,
+    ) -> Result<(), Stop> {
+        if is_barrier(spec.name) {
+            self.flush().await?;
+            let mut buf = std::mem::take(&mut self.round.local);
+            let res = self.node_command(spec, args, &mut buf).await;
+            self.out.extend_from_slice(&buf);
+            buf.clear();
+            self.round.local = buf;
+            res?;
+        } else {
+            let start = self.round.local.len();
+            let mut buf = std::mem::take(&mut self.round.local);
+            let res = self.node_command(spec, args, &mut buf).await;
+            self.round.local = buf;
+            self.round
+                .order
+                .push(Part::Local(start, self.round.local.len()));
+            res?;
+        }
+        Ok(())
+    }
+
+    /// Queues a one-key command for the shard (or, in a cluster, the group) that owns it.
+    async fn push_keyed(&mut self, route: &[u8], cmd: KeyCmd) -> Result<(), Stop> {
+        if self.node.cluster().is_some() {
+            return self.push_to_group(key_slot(route), cmd).await;
+        }
+        let s = self.node.shard_of(route);
+        self.round.queued[s].push(cmd);
+        self.round.order.push(Part::Unit(s));
+        Ok(())
+    }
+
+    /// Cluster mode: queues a command for the group that owns `slot`.
+    async fn push_to_group(&mut self, slot: u16, cmd: KeyCmd) -> Result<(), Stop> {
+        let Some(c) = self.node.cluster() else {
+            return Ok(());
+        };
+        let g = c.group_of_slot(slot) as usize;
+        self.node.note_value_len(stored_value_len(&cmd));
+        let returns_value = returns_stored_value(&cmd);
+        self.round.queued[g].push(cmd);
+        self.round.slots[g].push(slot);
+        self.round.order.push(Part::Unit(g));
+        if returns_value {
+            self.round.value_cmds += 1;
+            let largest = self.node.largest_value.load(Ordering::Relaxed).max(1);
+            if self.round.value_cmds >= (CLUSTER_REPLY_BUDGET / largest).max(1) {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes a reply of the node's own into the round, in order.
+    fn local_reply(&mut self, f: impl FnOnce(&mut ReplyWriter)) {
+        let start = self.round.local.len();
+        f(&mut ReplyWriter::new(&mut self.round.local, self.resp3));
+        self.round
+            .order
+            .push(Part::Local(start, self.round.local.len()));
+    }
+
+    fn local_error(&mut self, msg: &str) {
+        self.local_reply(|w| w.error(msg));
+    }
+
+    /// Runs every shard's share of the round and writes all replies in order. Shards run
+    /// their share until its replies pass `REPLY_BUDGET`; what is ready is written to the
+    /// socket, and the shards are asked for the rest, so a round of large replies never sits
+    /// in memory whole.
+    pub(super) async fn flush(&mut self) -> Result<(), Stop> {
+        if self.round.order.is_empty() {
+            return Ok(());
+        }
+        if let Some(c) = self.node.cluster() {
+            let c = c.clone();
+            return self.flush_cluster(c).await;
+        }
+        let n = self.round.queued.len();
+        let mut todo: Vec<Vec<KeyCmd>> = std::mem::take(&mut self.round.queued);
+        self.round.queued = (0..n).map(|_| Vec::new()).collect();
+        let mut replies: Vec<std::vec::IntoIter<Reply>> =
+            (0..n).map(|_| Vec::new().into_iter()).collect();
+        let order = std::mem::take(&mut self.round.order);
+        let mut next = 0;
+        loop {
+            // Send the other shards their batches first, so they work while this one does.
+            let mut waits: Vec<(usize, oneshot::Receiver<Answer>)> = Vec::new();
+            for (s, cmds) in todo.iter_mut().enumerate() {
+                if s != self.my_shard && !cmds.is_empty() && replies[s].len() == 0 {
+                    let batch = std::mem::take(cmds);
+                    waits.push((s, self.node.shards[s].submit(batch, REPLY_BUDGET).await?));
+                }
+            }
+            let mine = self.my_shard;
+            if !todo[mine].is_empty() && replies[mine].len() == 0 {
+                let batch = std::mem::take(&mut todo[mine]);
+                let a = self.core.borrow_mut().apply_within(batch, REPLY_BUDGET);
+                replies[mine] = a.replies.into_iter();
+                todo[mine] = a.rest;
+            }
+            for (s, rx) in waits {
+                let a = rx.await.map_err(|_| ShardGone)?;
+                replies[s] = a.replies.into_iter();
+                todo[s] = a.rest;
+            }
+            let mut w = ReplyWriter::new(&mut self.out, self.resp3);
+            while next < order.len() {
+                match order[next] {
+                    Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
+                    Part::Unit(s) => match replies[s].next() {
+                        Some(r) => encode(&mut w, &r),
+                        // The shard stopped at its budget: ask it for the rest.
+                        None if !todo[s].is_empty() => break,
+                        None => w.error("ERR internal error: missing reply"),
+                    },
+                }
+                next += 1;
+            }
+            if next == order.len() {
+                break;
+            }
+            self.write_out().await?;
+        }
+        self.round.order = order;
+        self.round.order.clear();
+        self.round.local.clear();
+        Ok(())
+    }
+
+    /// Cluster mode: proposes each group's share of the round (all groups at once) and writes
+    /// the replies in order. A group that cannot take the batch answers each of its commands
+    /// with the error a Redis Cluster client acts on.
+    async fn flush_cluster(&mut self, cluster: Arc<Cluster>) -> Result<(), Stop> {
+        let n = self.round.queued.len();
+        let mut work = Vec::new();
+        for g in 0..n {
+            if !self.round.queued[g].is_empty() {
+                let cmds = std::mem::take(&mut self.round.queued[g]);
+                let slots = std::mem::take(&mut self.round.slots[g]);
+                let c = cluster.clone();
+                work.push(async move { (g, slots, c.propose(g as u32, cmds).await) });
+            }
+        }
+        self.round.value_cmds = 0;
+        let mut replies: Vec<std::vec::IntoIter<Reply>> =
+            (0..n).map(|_| Vec::new().into_iter()).collect();
+        for (g, slots, result) in futures_util::future::join_all(work).await {
+            let list: Vec<Reply> = match result {
+                Ok(r) => r,
+                Err(e) => slots
+                    .iter()
+                    .map(|&slot| {
+                        Reply::Error(std::borrow::Cow::Owned(cluster_error(&cluster, slot, &e)))
+                    })
+                    .collect(),
+            };
+            replies[g] = list.into_iter();
+        }
+        let order = std::mem::take(&mut self.round.order);
+        for part in &order {
+            let mut w = ReplyWriter::new(&mut self.out, self.resp3);
+            match *part {
+                Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
+                Part::Unit(g) => match replies[g].next() {
+                    Some(r) => encode(&mut w, &r),
+                    None => w.error("ERR internal error: missing reply"),
+                },
+            }
+            if self.out.len() >= REPLY_BUDGET {
+                self.write_out().await?;
+            }
+        }
+        self.round.order = order;
+        self.round.order.clear();
+        self.round.local.clear();
+        Ok(())
+    }
+
+    /// Handles a request that arrives between MULTI and EXEC: queues it, or ends the
+    /// transaction.
+    async fn in_transaction(
+        &mut self,
+        parsed: Result<Parsed, ParseError>,
+        wire_len: usize,
+    ) -> Result<(), Stop> {
+        let limit = self.node.request_limits().max_request_bytes;
+        let Some(txn) = self.txn.as_mut() else {
+            return Ok(());
+        };
+        let item = match parsed {
+            Err(e) => {
+                txn.dirty = true;
+                self.local_error(&e.message());
+                return Ok(());
+            }
+            Ok(Parsed::Node(spec, args)) => match spec.name {
+                "exec" => return self.exec().await,
+                "discard" => {
+                    self.txn = None;
+                    self.local_reply(|w| w.ok());
+                    return Ok(());
+                }
+                "multi" => {
+                    self.local_error("ERR MULTI calls can not be nested");
+                    return Ok(());
+                }
+                "watch" => {
+                    self.local_error("ERR WATCH inside MULTI is not allowed");
+                    return Ok(());
+                }
+                // These act at once, as in Redis: QUIT closes, RESET also ends the transaction.
+                "quit" | "reset" => {
+                    if spec.name == "reset" {
+                        self.txn = None;
+                    }
+                    return self.node_cmd(spec, args).await;
+                }
+                _ => TxnItem::Node(spec, args),
+            },
+            Ok(Parsed::Keyed { route, cmd }) => {
+                if !same_slot(txn, key_slot(&route)) {
+                    txn.dirty = true;
+                    self.local_error(CROSSSLOT);
+                    return Ok(());
+                }
+                TxnItem::Key(cmd)
+            }
+            Ok(Parsed::Multi(m)) => {
+                let slot = key_slot(&m.keys()[0]);
+                if !m.keys().iter().all(|k| key_slot(k) == slot) || !same_slot(txn, slot) {
+                    txn.dirty = true;
+                    self.local_error(CROSSSLOT);
+                    return Ok(());
+                }
+                TxnItem::Key(m.into_key_cmd())
+            }
+        };
+        if txn.bytes + wire_len > limit {
+            txn.dirty = true;
+            self.local_error("ERR transaction larger than client-query-buffer-limit");
+            return Ok(());
+        }
+        txn.bytes += wire_len;
+        txn.items.push(item);
+        self.local_reply(|w| w.simple("QUEUED"));
+        Ok(())
+    }
+
+    /// EXEC: runs the queued key commands as one batch on the shard (or, in a cluster, as one
+    /// log entry of the group) that owns their slot, so nothing interleaves with them, then
+    /// answers with every queued command's reply in order.
+    async fn exec(&mut self) -> Result<(), Stop> {
+        let Some(txn) = self.txn.take() else {
+            return Ok(());
+        };
+        if txn.dirty {
+            self.local_error("EXECABORT Transaction discarded because of previous errors.");
+            return Ok(());
+        }
+        // The QUEUED replies and everything before them go first.
+        self.flush().await?;
+        let mut keyed = Vec::new();
+        let mut rest = Vec::with_capacity(txn.items.len());
+        for item in txn.items {
+            match item {
+                TxnItem::Key(cmd) => {
+                    keyed.push(cmd);
+                    rest.push(None);
+                }
+                TxnItem::Node(spec, args) => rest.push(Some((spec, args))),
+            }
+        }
+        let mut replies = if keyed.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            let slot = txn.slot.unwrap_or(0);
+            match self.node.cluster() {
+                Some(c) => {
+                    let c = c.clone();
+                    let g = c.group_of_slot(slot);
+                    match c.propose(g, keyed).await {
+                        Ok(r) => r.into_iter(),
+                        Err(e) => {
+                            let msg = cluster_error(&c, slot, &e);
+                            ReplyWriter::new(&mut self.out, self.resp3).error(&msg);
+                            return Ok(());
+                        }
+                    }
+                }
+                None => {
+                    let s = self.node.slot_owner(slot);
+                    self.dispatch(s, keyed).await?.replies().await?.into_iter()
+                }
+            }
+        };
+        let mut buf = Vec::new();
+        ReplyWriter::new(&mut buf, self.resp3).array(rest.len());
+        for item in rest {
+            match item {
+                None => match replies.next() {
+                    Some(r) => encode(&mut ReplyWriter::new(&mut buf, self.resp3), &r),
+                    None => ReplyWriter::new(&mut buf, self.resp3)
+                        .error("ERR internal error: missing reply"),
+                },
+                Some((spec, args)) => self.node_command(spec, args, &mut buf).await?,
+            }
+        }
+        self.out.extend_from_slice(&buf);
+        Ok(())
+    }
+
+    /// Sends a batch to shard `s`, whole: run inline when it is this connection's own shard.
+    pub(super) async fn dispatch(&self, s: usize, cmds: Vec<KeyCmd>) -> Result<Pending, ShardGone> {
+        if s == self.my_shard {
+            Ok(Pending::Ready(
+                self.core.borrow_mut().apply_batch_local(cmds),
+            ))
+        } else {
+            Ok(Pending::Wait(
+                self.node.shards[s].submit(cmds, usize::MAX).await?,
+            ))
+        }
+    }
+}
+
+const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+const WATCH_UNSUPPORTED: &str = "ERR WATCH is not supported: a MULTI/EXEC on one slot already runs atomically on the shard that owns it";
+
+/// Whether a transaction's next key command may use `slot` (the first one fixes it).
+fn same_slot(txn: &mut Txn, slot: u16) -> bool {
+    *txn.slot.get_or_insert(slot) == slot
+}
+
+/// The size of the value a command stores, for the node's largest-value mark.
+fn stored_value_len(cmd: &KeyCmd) -> usize {
+    match cmd {
+        KeyCmd::Set { value, .. } => value.len(),
+        KeyCmd::Get(_)
+        | KeyCmd::IncrBy { .. }
+        | KeyCmd::Expire { .. }
+        | KeyCmd::Persist(_)
+        | KeyCmd::Ttl { .. }
+        | KeyCmd::Type(_)
+        | KeyCmd::Del(_)
+        | KeyCmd::Exists(_)
+        | KeyCmd::Throttle { .. }
+        | KeyCmd::Check { .. }
+        | KeyCmd::CheckAll { .. }
+        | KeyCmd::Refund { .. }
+        | KeyCmd::Lease { .. }
+        | KeyCmd::DbSize
+        | KeyCmd::FlushAll
+        | KeyCmd::Keys(_) => 0,
+    }
+}
+
+/// Whether a command's reply can carry a stored value (and so be as large as one).
+fn returns_stored_value(cmd: &KeyCmd) -> bool {
+    match cmd {
+        KeyCmd::Get(_) | KeyCmd::Keys(_) => true,
+        KeyCmd::Set { get, .. } => *get,
+        KeyCmd::IncrBy { .. }
+        | KeyCmd::Expire { .. }
+        | KeyCmd::Persist(_)
+        | KeyCmd::Ttl { .. }
+        | KeyCmd::Type(_)
+        | KeyCmd::Del(_)
+        | KeyCmd::Exists(_)
+        | KeyCmd::Throttle { .. }
+        | KeyCmd::Check { .. }
+        | KeyCmd::CheckAll { .. }
+        | KeyCmd::Refund { .. }
+        | KeyCmd::Lease { .. }
+        | KeyCmd::DbSize
+        | KeyCmd::FlushAll => false,
+    }
+}
