@@ -391,8 +391,12 @@ fn shard_hop(c: &mut Criterion) {
         rt.block_on(async move {
             while let Some(msg) = inbox.recv().await {
                 match msg {
-                    ShardMsg::Batch { cmds, reply } => {
-                        let _ = reply.send(core.apply_batch(cmds));
+                    ShardMsg::Batch {
+                        cmds,
+                        budget,
+                        reply,
+                    } => {
+                        let _ = reply.send(core.apply_batch(cmds, budget));
                     }
                     ShardMsg::Stop => break,
                     _ => {}
