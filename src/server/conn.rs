@@ -42,7 +42,10 @@ const CLUSTER_REPLY_BUDGET: usize = 16 * 1024 * 1024;
 /// What a read asks the socket for.
 const READ_CHUNK: usize = 16 * 1024;
 /// Buffers larger than this are given back once they are mostly empty.
-const SHRINK_ABOVE: usize = 1024 * 1024;
+const SHRINK_ABOVE: usize = 4 * READ_CHUNK;
+/// Past this, a connection's buffers are worth returning to the operating system when it
+/// closes.
+const TRIM_AFTER: usize = 1024 * 1024;
 /// A connection holding less than this is never closed for the node-wide buffer cap: the cap
 /// is aimed at the clients that hold a lot.
 const EVICT_FLOOR: usize = 256 * 1024;
@@ -167,7 +170,7 @@ impl Conn {
         self.rbuf = BytesMut::new();
         self.out = Vec::new();
         self.account();
-        if self.peak > SHRINK_ABOVE {
+        if self.peak > TRIM_AFTER {
             // A large client's buffers went back to the allocator, which keeps them; hand
             // them to the operating system so RSS falls once such clients have left.
             self.node.release_free_memory();
@@ -235,16 +238,19 @@ impl Conn {
                 tokio::task::yield_now().await;
                 continue;
             }
-            if self.rbuf.capacity() > SHRINK_ABOVE && self.rbuf.len() < self.rbuf.capacity() / 8 {
-                // Keep what is buffered (the start of a request: the parser's offsets stay
-                // valid, they count from the buffer's start) in a right-sized buffer.
-                let mut fresh = BytesMut::with_capacity((self.rbuf.len() * 2).max(READ_CHUNK));
-                fresh.extend_from_slice(&self.rbuf);
-                self.rbuf = fresh;
-            }
             if self.rbuf.capacity() - self.rbuf.len() < 4096 {
                 self.rbuf.reserve(READ_CHUNK);
             }
+            if self.rbuf.capacity() > SHRINK_ABOVE && self.rbuf.len() < self.rbuf.capacity() / 8 {
+                // Keep what is buffered (the start of a request: the parser's offsets stay
+                // valid, they count from the buffer's start) in a right-sized buffer.
+                let mut fresh =
+                    BytesMut::with_capacity((self.rbuf.len() * 2).max(READ_CHUNK) + READ_CHUNK);
+                fresh.extend_from_slice(&self.rbuf);
+                self.rbuf = fresh;
+            }
+            // An idle client is counted with the buffers it keeps while it waits.
+            self.account();
             tokio::select! {
                 n = self.stream.read_buf(&mut self.rbuf) => {
                     if n? == 0 {
@@ -263,6 +269,10 @@ impl Conn {
                     bytes = self.accounted,
                     "closing a client: connections' buffers passed maxmemory-clients"
                 );
+                // Give the buffers back first: the cap is node-wide, and others are waiting.
+                self.rbuf = BytesMut::new();
+                self.out = Vec::new();
+                self.account();
                 let _ = self
                     .stream
                     .write_all(b"-ERR client buffers passed maxmemory-clients; closing\r\n")
@@ -310,8 +320,8 @@ impl Conn {
         self.stream.write_all(&self.out).await?;
         self.out.clear();
         self.info.omem.store(0, Ordering::Relaxed);
-        if self.out.capacity() > SHRINK_ABOVE {
-            self.out.shrink_to(REPLY_BUDGET);
+        if self.out.capacity() > 2 * REPLY_BUDGET {
+            self.out.shrink_to(READ_CHUNK);
         }
         Ok(())
     }

@@ -64,10 +64,11 @@ impl RealRedis {
             {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 if s.write_all(b"PING\r\n").await.is_ok() {
-                    let mut b = [0u8; 7];
+                    // PONG, or NOAUTH when started with a password: either way it serves.
+                    let mut b = [0u8; 5];
                     if let Ok(Ok(_)) =
                         tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut b)).await
-                        && &b == b"+PONG\r\n"
+                        && (&b == b"+PONG" || &b == b"-NOAU")
                     {
                         break;
                     }
