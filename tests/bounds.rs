@@ -323,16 +323,26 @@ async fn maxmemory_clients_closes_the_client_that_passes_it() {
             s.client_query_buffer_limit = 32 << 20;
         })
         .await;
-        // Two clients each start a 4 MiB request and hold it incomplete.
         // 3.5 MiB values, 3 MiB of each sent: each buffer fits in 4 MiB, two pass the cap.
         let mut head = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3670016\r\n".to_vec();
         head.extend(std::iter::repeat_n(b'x', 3 << 20));
         let mut first = node.raw().await;
         first.send(&head).await;
+        // Wait until the node has read all of it, so the second client is the one growing.
+        let n = node_of(&node);
         wait_for(
-            "the first client's buffer",
+            "the first request to be read",
             Duration::from_secs(10),
-            || async { (client_bytes(&node) >= 3 << 20).then_some(()) },
+            || {
+                let n = n.clone();
+                async move {
+                    let clients = n.clients.lock().expect("clients");
+                    clients
+                        .values()
+                        .any(|c| c.qbuf.load(Ordering::Relaxed) as usize >= head_len(3 << 20))
+                        .then_some(())
+                }
+            },
         )
         .await;
         let mut second = node.raw().await;
