@@ -143,6 +143,11 @@ async fn clients_that_have_not_authenticated_get_redis_handshake_limits() {
             assert!(matches!(ours, Resp::Error(_)), "{ours:?}");
             sb.ours.read_until_closed(Duration::from_secs(5)).await;
         }
+        // Commands before AUTH are refused as Redis refuses them, EXEC and MULTI included.
+        let mut sb = SideBySide::connect(&node, &redis).await;
+        for args in [&["GET", "k"][..], &["EXEC"], &["MULTI"], &["PING"]] {
+            sb.same_error(args).await;
+        }
         // The same request is fine once authenticated, in the same pipeline as the AUTH.
         let mut c = node.raw().await;
         let mut wire = encode(&["AUTH", "s3cret"]);

@@ -337,15 +337,17 @@ impl Conn {
             if self.quit {
                 break;
             }
+            let is_exec = req.name().eq_ignore_ascii_case(b"exec");
             if !self.authed && !is_no_auth(req.name()) {
-                if let Some(t) = &mut self.txn {
-                    t.dirty = true;
-                }
-                self.local_error("NOAUTH Authentication required.");
+                self.refuse(is_exec, "NOAUTH Authentication required.");
                 continue;
             }
             let wire_len = req.wire_len();
             let parsed = cmd::parse(req, &rules);
+            if is_exec && let Err(e) = &parsed {
+                self.refuse(true, &e.message());
+                continue;
+            }
             if self.txn.is_some() {
                 self.in_transaction(parsed, wire_len).await?;
                 continue;
@@ -459,6 +461,23 @@ impl Conn {
 
     fn local_error(&mut self, msg: &str) {
         self.local_reply(|w| w.error(msg));
+    }
+
+    /// Answers a command refused before it ran. As in Redis, that also dooms an open
+    /// transaction, and a refused EXEC discards it and says why.
+    fn refuse(&mut self, is_exec: bool, msg: &str) {
+        if is_exec {
+            self.txn = None;
+            let why = msg.strip_prefix("ERR ").unwrap_or(msg);
+            self.local_error(&format!(
+                "EXECABORT Transaction discarded because of: {why}"
+            ));
+            return;
+        }
+        if let Some(t) = &mut self.txn {
+            t.dirty = true;
+        }
+        self.local_error(msg);
     }
 
     /// Runs every shard's share of the round and writes all replies in order. Shards run
