@@ -12,3 +12,4 @@ mod partition;
 mod processes;
 mod restart;
 mod snapshot;
+mod transactions;
