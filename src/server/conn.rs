@@ -493,8 +493,6 @@ impl Conn {
             return self.flush_cluster(c).await;
         }
         let n = self.round.queued.len();
-        let mut todo: Vec<Vec<KeyCmd>> = std::mem::take(&mut self.round.queued);
-        self.round.queued = (0..n).map(|_| Vec::new()).collect();
         let mut replies: Vec<std::vec::IntoIter<Reply>> =
             (0..n).map(|_| Vec::new().into_iter()).collect();
         let order = std::mem::take(&mut self.round.order);
@@ -502,23 +500,23 @@ impl Conn {
         loop {
             // Send the other shards their batches first, so they work while this one does.
             let mut waits: Vec<(usize, oneshot::Receiver<Answer>)> = Vec::new();
-            for (s, cmds) in todo.iter_mut().enumerate() {
-                if s != self.my_shard && !cmds.is_empty() && replies[s].len() == 0 {
-                    let batch = std::mem::take(cmds);
+            for s in 0..n {
+                if s != self.my_shard && !self.round.queued[s].is_empty() && replies[s].len() == 0 {
+                    let batch = std::mem::take(&mut self.round.queued[s]);
                     waits.push((s, self.node.shards[s].submit(batch, REPLY_BUDGET).await?));
                 }
             }
             let mine = self.my_shard;
-            if !todo[mine].is_empty() && replies[mine].len() == 0 {
-                let batch = std::mem::take(&mut todo[mine]);
+            if !self.round.queued[mine].is_empty() && replies[mine].len() == 0 {
+                let batch = std::mem::take(&mut self.round.queued[mine]);
                 let a = self.core.borrow_mut().apply_within(batch, REPLY_BUDGET);
                 replies[mine] = a.replies.into_iter();
-                todo[mine] = a.rest;
+                self.round.queued[mine] = a.rest;
             }
             for (s, rx) in waits {
                 let a = rx.await.map_err(|_| ShardGone)?;
                 replies[s] = a.replies.into_iter();
-                todo[s] = a.rest;
+                self.round.queued[s] = a.rest;
             }
             let mut w = ReplyWriter::new(&mut self.out, self.resp3);
             while next < order.len() {
@@ -527,7 +525,7 @@ impl Conn {
                     Part::Unit(s) => match replies[s].next() {
                         Some(r) => encode(&mut w, &r),
                         // The shard stopped at its budget: ask it for the rest.
-                        None if !todo[s].is_empty() => break,
+                        None if !self.round.queued[s].is_empty() => break,
                         None => w.error("ERR internal error: missing reply"),
                     },
                 }
