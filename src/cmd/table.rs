@@ -525,6 +525,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "cluster",
         "Disables reads from replicas on this connection."
     ),
+    spec!(
+        "scan",
+        -2,
+        ["readonly"],
+        0,
+        0,
+        0,
+        ["@keyspace", "@read", "@slow"],
+        "generic",
+        "Iterates over the key names: SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]."
+    ),
 ];
 
 /// Finds a command by its lowercase name.
