@@ -169,16 +169,35 @@ fn current(node: &Node, name: &str) -> String {
     }
 }
 
-/// CONFIG GET: every parameter matching any of `patterns` (case-insensitive globs).
-pub(super) fn config_get(node: &Node, patterns: &[Bytes]) -> Vec<(&'static str, String)> {
-    PARAMS
-        .iter()
-        .filter(|(name, _)| {
-            patterns
+/// CONFIG GET: every parameter matching any of `patterns`, as Redis 7.0 answers: a pattern
+/// without glob characters is looked up by name and answered under the name as given; a glob
+/// (matched ignoring case) answers under the parameters' own names; each parameter once.
+pub(super) fn config_get(node: &Node, patterns: &[Bytes]) -> Vec<(String, String)> {
+    let mut found: Vec<(String, &'static str)> = Vec::new();
+    let mut add = |shown: String, name: &'static str| {
+        if !found.iter().any(|(_, n)| *n == name) {
+            found.push((shown, name));
+        }
+    };
+    for p in patterns {
+        if !p.iter().any(|b| matches!(b, b'*' | b'?' | b'[')) {
+            if let Some((name, _)) = PARAMS
                 .iter()
-                .any(|p| crate::glob::matches_nocase(p, name.as_bytes()))
-        })
-        .map(|(name, _)| (*name, current(node, name)))
+                .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(p))
+            {
+                add(String::from_utf8_lossy(p).into_owned(), name);
+            }
+            continue;
+        }
+        for (name, _) in PARAMS {
+            if crate::glob::matches_nocase(p, name.as_bytes()) {
+                add((*name).to_string(), name);
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(shown, name)| (shown, current(node, name)))
         .collect()
 }
 

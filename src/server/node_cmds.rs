@@ -860,7 +860,7 @@ async fn config(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Fai
             let mut w = ReplyWriter::new(buf, c.resp3);
             w.map(hits.len());
             for (k, v) in hits {
-                w.kv_str(k, &v);
+                w.kv_str(&k, &v);
             }
         }
         "SET" => {
