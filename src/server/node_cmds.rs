@@ -162,6 +162,7 @@ async fn dispatch(
         "bk.rule" => rule(c, a, buf)?,
         "cluster" => {
             let sub = a.next_keyword()?;
+            note_subcommand(c, "cluster", &sub);
             match sub.as_str() {
                 "KEYSLOT" => {
                     let key = a.next_bytes()?;
