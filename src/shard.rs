@@ -9,6 +9,7 @@
 
 use crate::clock::Clock;
 use crate::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
+use crate::protocol::reply::ErrorCounts;
 use crate::slot::key_slot;
 use crate::store::{Record, Store};
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
@@ -52,6 +53,11 @@ pub enum ShardMsg {
     },
     /// A new client connection to serve on this shard.
     Accept(std::net::TcpStream),
+    /// The node's caps were switched on or off: start or stop counting this shard's keys in
+    /// them now, before the reply, so the change is in force on every shard once all replied.
+    SyncCaps {
+        reply: oneshot::Sender<()>,
+    },
     Stop,
 }
 
@@ -88,6 +94,13 @@ pub struct ShardStats {
     pub expired: AtomicU64,
     pub rejected_full: AtomicU64,
     pub remote_batches: AtomicU64,
+    /// Keys with an expiry.
+    pub expires: AtomicU64,
+    /// Sampled average TTL of the keys with an expiry, in ms.
+    pub avg_ttl_ms: AtomicU64,
+    /// Error replies sent to the connections on this shard, by code; the shard thread
+    /// counts into it (`protocol::reply::count_errors_in`).
+    pub errors: Arc<ErrorCounts>,
 }
 
 /// The sending side of a shard, shared by every thread.
@@ -338,6 +351,8 @@ impl ShardCore {
     /// One step of active expiry, then publishes the figures INFO shows.
     pub fn sweep(&mut self) {
         let now = self.now();
+        // A shard that adds and removes nothing still joins a cap switched on elsewhere.
+        self.store.sync_caps();
         self.freed_since_trim += self.store.sweep(now, SWEEP_PARTS_PER_TICK);
         // Freed records go back to the allocator, which keeps them; after a large expiry hand
         // them back to the operating system, so RSS follows the active callers. At most once a
@@ -354,5 +369,7 @@ impl ShardCore {
         s.bytes.store(u.bytes as u64, Ordering::Relaxed);
         s.expired.store(u.expired, Ordering::Relaxed);
         s.rejected_full.store(u.rejected_full, Ordering::Relaxed);
+        s.expires.store(u.expires as u64, Ordering::Relaxed);
+        s.avg_ttl_ms.store(u.avg_ttl_ms, Ordering::Relaxed);
     }
 }

@@ -58,14 +58,20 @@ pub struct EntryView<'a> {
 pub struct StoreFull;
 
 /// The node's key and memory caps, shared by every shard's store so that they hold for the
-/// node as a whole however keys spread over shards. The shared counters are only touched when
-/// a cap is set, and only when a key is added or removed, never on a plain check.
+/// node as a whole however keys spread over shards. The caps can change at run time (CONFIG
+/// SET). The shared counters are only kept while a cap is set, and only touched when a key is
+/// added or removed, never on a plain check.
+///
+/// Invariant: `keys` and `bytes` are the sum of the usage of every store whose
+/// `Usage::counted` is set. Only a store's own thread changes its usage and its `counted`
+/// flag, and it adds or withdraws its whole usage whenever it sees that caps were switched on
+/// or off (`Usage::sync_caps`), so the sum stays exact however the caps change.
 #[derive(Debug, Default)]
 pub struct Caps {
     /// 0 = no cap.
-    pub max_keys: usize,
+    max_keys: AtomicUsize,
     /// 0 = no cap.
-    pub max_bytes: usize,
+    max_bytes: AtomicUsize,
     keys: AtomicUsize,
     bytes: AtomicUsize,
 }
@@ -73,47 +79,60 @@ pub struct Caps {
 impl Caps {
     pub fn new(max_keys: usize, max_bytes: usize) -> Arc<Caps> {
         Arc::new(Caps {
-            max_keys,
-            max_bytes,
+            max_keys: AtomicUsize::new(max_keys),
+            max_bytes: AtomicUsize::new(max_bytes),
             ..Caps::default()
         })
     }
 
+    pub fn max_keys(&self) -> usize {
+        self.max_keys.load(Ordering::Relaxed)
+    }
+
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Changes the key cap; each store starts or stops counting on its next add or removal,
+    /// or when told to (`Store::sync_caps`).
+    pub fn set_max_keys(&self, n: usize) {
+        self.max_keys.store(n, Ordering::Relaxed);
+    }
+
+    pub fn set_max_bytes(&self, n: usize) {
+        self.max_bytes.store(n, Ordering::Relaxed);
+    }
+
+    fn enabled(&self) -> bool {
+        self.max_keys() > 0 || self.max_bytes() > 0
+    }
+
     /// Takes room for one key of `bytes`; false if a cap would be passed.
     fn reserve(&self, bytes: usize) -> bool {
-        if self.max_keys > 0 && self.keys.fetch_add(1, Ordering::Relaxed) >= self.max_keys {
+        let max_keys = self.max_keys();
+        if self.keys.fetch_add(1, Ordering::Relaxed) >= max_keys && max_keys > 0 {
             self.keys.fetch_sub(1, Ordering::Relaxed);
             return false;
         }
-        if self.max_bytes > 0
-            && self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > self.max_bytes
-        {
+        let max_bytes = self.max_bytes();
+        if self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes > max_bytes && max_bytes > 0 {
             self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            if self.max_keys > 0 {
-                self.keys.fetch_sub(1, Ordering::Relaxed);
-            }
+            self.keys.fetch_sub(1, Ordering::Relaxed);
             return false;
         }
         true
     }
 
-    /// Counts a key that is admitted regardless of the caps (a snapshot being installed).
+    /// Counts keys admitted regardless of the caps (a snapshot being installed, or a store
+    /// that starts counting).
     fn force(&self, keys: usize, bytes: usize) {
-        if self.max_keys > 0 {
-            self.keys.fetch_add(keys, Ordering::Relaxed);
-        }
-        if self.max_bytes > 0 {
-            self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        }
+        self.keys.fetch_add(keys, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn release(&self, keys: usize, bytes: usize) {
-        if self.max_keys > 0 {
-            self.keys.fetch_sub(keys, Ordering::Relaxed);
-        }
-        if self.max_bytes > 0 {
-            self.bytes.fetch_sub(bytes, Ordering::Relaxed);
-        }
+        self.keys.fetch_sub(keys, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
@@ -128,14 +147,28 @@ pub struct Usage {
     pub rejected_full: u64,
     /// Parts the sweep has walked (a part with nothing due is skipped without a walk).
     pub sweep_walks: u64,
+    /// Keys that have an expiry (buckets always do: they expire once refilled).
+    pub expires: usize,
+    /// Average time to live of keys with an expiry, in ms, sampled by the sweep over its last
+    /// full round of the parts (0 until one has completed).
+    pub avg_ttl_ms: u64,
+    /// This store's usage is included in the caps' shared counters.
+    counted: bool,
+    /// Adds are admitted regardless of the caps (installing a snapshot).
+    admit_all: bool,
 }
 
 impl Usage {
     /// Accounts a new key of `cost` bytes, unless a cap is reached.
     fn add(&mut self, cost: usize) -> bool {
-        if !self.caps.reserve(cost) {
-            self.rejected_full += 1;
-            return false;
+        self.sync_caps();
+        if self.counted {
+            if self.admit_all {
+                self.caps.force(1, cost);
+            } else if !self.caps.reserve(cost) {
+                self.rejected_full += 1;
+                return false;
+            }
         }
         self.keys += 1;
         self.bytes += cost;
@@ -143,15 +176,37 @@ impl Usage {
     }
 
     fn remove(&mut self, cost: usize) {
+        self.sync_caps();
+        let cost = cost.min(self.bytes);
         self.keys -= 1;
-        self.bytes = self.bytes.saturating_sub(cost);
-        self.caps.release(1, cost);
+        self.bytes -= cost;
+        if self.counted {
+            self.caps.release(1, cost);
+        }
     }
 
     fn resize(&mut self, old: usize, new: usize) {
-        self.bytes = self.bytes.saturating_sub(old) + new;
-        self.caps.force(0, new);
-        self.caps.release(0, old);
+        self.sync_caps();
+        let old = old.min(self.bytes);
+        self.bytes = self.bytes - old + new;
+        if self.counted {
+            self.caps.force(0, new);
+            self.caps.release(0, old);
+        }
+    }
+
+    /// Adds this store's usage to the shared counters when caps were switched on, and takes it
+    /// out when they were switched off.
+    fn sync_caps(&mut self) {
+        let on = self.caps.enabled();
+        if on != self.counted {
+            if on {
+                self.caps.force(self.keys, self.bytes);
+            } else {
+                self.caps.release(self.keys, self.bytes);
+            }
+            self.counted = on;
+        }
     }
 }
 
@@ -435,8 +490,13 @@ pub struct Store {
     hasher: ahash::RandomState,
     pub usage: Usage,
     sweep_cursor: usize,
+    /// Sum of the sampled TTLs (ns) and their number, over the sweep's current round.
+    ttl_sample: (u128, u64),
     scratch: Vec<u8>,
 }
+
+/// Keys per part whose TTL the sweep samples for INFO's `avg_ttl`.
+const TTL_SAMPLES_PER_PART: usize = 16;
 
 /// A key's place in the table, after lazy expiry: either a live entry or a vacancy.
 pub enum Slot<'a> {
@@ -474,6 +534,14 @@ impl<'a> LiveEntry<'a> {
     pub fn set(&mut self, value: Value<'_>, expires_at: u64) {
         self.timing.note(expires_at);
         let off = *self.entry.get() as usize;
+        let had_expiry = view(self.arena, off).expires_at != 0;
+        if had_expiry != (expires_at != 0) {
+            if had_expiry {
+                self.usage.expires -= 1;
+            } else {
+                self.usage.expires += 1;
+            }
+        }
         let l = layout(self.arena, off);
         let old_len = record_len(self.arena, off);
         self.scratch.clear();
@@ -511,6 +579,9 @@ impl<'a> LiveEntry<'a> {
 
     pub fn remove(self) {
         let off = *self.entry.get() as usize;
+        if view(self.arena, off).expires_at != 0 {
+            self.usage.expires -= 1;
+        }
         let len = kill(self.arena, self.dead, off);
         self.entry.remove();
         self.usage.remove(len + INDEX_COST);
@@ -533,6 +604,9 @@ impl<'a> EmptySlot<'a> {
             self.usage.rejected_full += 1;
             return Err(StoreFull);
         };
+        if expires_at != 0 {
+            self.usage.expires += 1;
+        }
         let (hasher, arena) = (self.hasher, &*self.arena);
         self.index.insert_unique(self.hash, off, |&o| {
             hasher.hash_one(key_of(arena, o as usize))
@@ -563,6 +637,7 @@ impl Store {
                 ..Usage::default()
             },
             sweep_cursor: 0,
+            ttl_sample: (0, 0),
             scratch: Vec::new(),
         }
     }
@@ -607,6 +682,7 @@ impl Store {
                 let len = kill(arena, dead, off);
                 let (_, vacant) = occ.remove();
                 usage.remove(len + INDEX_COST);
+                usage.expires -= 1;
                 usage.expired += 1;
                 Slot::Empty(EmptySlot {
                     index: vacant.into_table(),
@@ -666,9 +742,12 @@ impl Store {
         for p in &mut self.parts {
             *p = Part::default();
         }
-        self.usage.caps.release(self.usage.keys, self.usage.bytes);
+        if self.usage.counted {
+            self.usage.caps.release(self.usage.keys, self.usage.bytes);
+        }
         self.usage.keys = 0;
         self.usage.bytes = 0;
+        self.usage.expires = 0;
     }
 
     /// Removes expired entries from the next `parts` parts of the table, compacting and
@@ -698,6 +777,7 @@ impl Store {
                     if is_expired(exp, now) {
                         let len = kill(arena, dead, off);
                         usage.remove(len + INDEX_COST);
+                        usage.expires -= 1;
                         false
                     } else {
                         if exp != 0 && (next == 0 || exp < next) {
@@ -714,6 +794,20 @@ impl Store {
                 } else {
                     0
                 };
+            }
+            for &o in part.index.iter().take(TTL_SAMPLES_PER_PART) {
+                let exp = view(&part.arena, o as usize).expires_at;
+                if exp > now {
+                    self.ttl_sample.0 += u128::from(exp - now);
+                    self.ttl_sample.1 += 1;
+                }
+            }
+            if self.sweep_cursor == 0 {
+                // A full round of the parts: publish its sample and start the next.
+                let (sum, n) = std::mem::take(&mut self.ttl_sample);
+                self.usage.avg_ttl_ms = sum
+                    .checked_div(u128::from(n))
+                    .map_or(0, |ns| u64::try_from(ns / 1_000_000).unwrap_or(u64::MAX));
             }
             if part.index.is_empty() {
                 if part.arena.capacity() > 0 {
@@ -777,9 +871,7 @@ impl Store {
         for k in doomed {
             self.remove(&k, 0);
         }
-        // Admit everything: swap in capless accounting, then carry the counts over.
-        let caps = std::mem::take(&mut self.usage.caps);
-        let (keys0, bytes0) = (self.usage.keys, self.usage.bytes);
+        self.usage.admit_all = true;
         for r in records {
             let value = match &r.value {
                 OwnedValue::Bucket(s) => Value::Bucket(*s),
@@ -794,11 +886,7 @@ impl Store {
                 Slot::Empty(e) => e.insert(value, r.expires_at),
             };
         }
-        caps.force(
-            self.usage.keys - keys0.min(self.usage.keys),
-            self.usage.bytes.saturating_sub(bytes0),
-        );
-        self.usage.caps = caps;
+        self.usage.admit_all = false;
     }
 
     /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).
@@ -811,6 +899,93 @@ impl Store {
             }
         }
     }
+
+    /// Starts or stops counting this store in the shared caps now, after they changed.
+    pub fn sync_caps(&mut self) {
+        self.usage.sync_caps();
+    }
+
+    /// One step of SCAN: examines about `count` keys whose scan position (`scan_position`)
+    /// is at least `from`, in order of position, calling `f` with each live one; returns the
+    /// position to resume from, or `None` once the store is done.
+    ///
+    /// Every key present for a whole scan is returned at least once, however keys are added,
+    /// removed or moved by table growth and compaction in between: positions are fixed by the
+    /// key's hash, each step covers a contiguous range of positions starting at `from`, and
+    /// keys that share a position are always returned by the same step.
+    ///
+    /// Cost: each step walks (and hashes the keys of) the part it resumes in, plus whole parts
+    /// holding fewer than `count` keys. A step that stops inside a part of P keys takes at least
+    /// P/8 of them, so a full scan walks each part at most about 9 times: O(keys) overall
+    /// whatever `count` is, at the price of steps that return up to P/8 keys when `count` is
+    /// smaller.
+    pub fn scan(
+        &self,
+        from: u64,
+        count: usize,
+        now: u64,
+        mut f: impl FnMut(&[u8], Value<'_>),
+    ) -> ScanStep {
+        let mut examined = 0usize;
+        let first = usize::try_from(from >> (SCAN_POSITION_BITS - PART_BITS)).unwrap_or(PARTS);
+        let mut candidates: Vec<(u64, u32)> = Vec::new();
+        for p in first..PARTS {
+            let part = &self.parts[p];
+            candidates.clear();
+            candidates.extend(part.index.iter().filter_map(|&o| {
+                let pos = self.scan_position(key_of(&part.arena, o as usize));
+                (pos >= from).then_some((pos, o))
+            }));
+            let quota = count
+                .saturating_sub(examined)
+                .max(part.index.len() / 8)
+                .max(1);
+            let mut resume = None;
+            if candidates.len() > quota {
+                candidates.select_nth_unstable_by_key(quota - 1, |c| c.0);
+                let cut = candidates[quota - 1].0;
+                candidates.retain(|c| c.0 <= cut);
+                resume = Some(cut + 1);
+            }
+            examined += candidates.len();
+            for &(_, o) in &candidates {
+                let v = view(&part.arena, o as usize);
+                if !is_expired(v.expires_at, now) {
+                    f(key_of(&part.arena, o as usize), v.value);
+                }
+            }
+            let next_part =
+                (p + 1 < PARTS).then(|| ((p + 1) as u64) << (SCAN_POSITION_BITS - PART_BITS));
+            let next = resume.or(next_part);
+            if resume.is_some() || examined >= count {
+                return ScanStep { next, examined };
+            }
+        }
+        ScanStep {
+            next: None,
+            examined,
+        }
+    }
+
+    /// Where SCAN finds `key`: the top `SCAN_POSITION_BITS` bits of its hash, so positions
+    /// run through the parts in order.
+    fn scan_position(&self, key: &[u8]) -> u64 {
+        self.hash(key) >> (64 - SCAN_POSITION_BITS)
+    }
+}
+
+/// Bits of a scan position; the rest of a 64-bit SCAN cursor is left to name the shard.
+pub const SCAN_POSITION_BITS: u32 = 54;
+/// Bits of the hash that choose the part (`PARTS` is 2^PART_BITS).
+const PART_BITS: u32 = PARTS.trailing_zeros();
+
+/// What one `Store::scan` step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanStep {
+    /// The position to resume from; `None` when the store has been scanned to the end.
+    pub next: Option<u64>,
+    /// Keys looked at, returned or not (expired ones, and those a filter drops, count too).
+    pub examined: usize,
 }
 
 #[cfg(test)]
@@ -958,6 +1133,161 @@ mod tests {
         put(&mut s, b"a", Value::Int(5), 0, 0).unwrap();
         assert_eq!(s.get(b"a", 0).map(|e| e.value), Some(Value::Int(5)));
         assert_eq!(s.usage.rejected_full, 1);
+    }
+
+    /// Runs a whole scan in steps of `count`, calling `between` after each step.
+    fn scan_all(
+        s: &mut Store,
+        count: usize,
+        mut between: impl FnMut(&mut Store, usize),
+    ) -> Vec<Vec<u8>> {
+        let (mut from, mut seen, mut step) = (0u64, Vec::new(), 0usize);
+        loop {
+            let r = s.scan(from, count, 0, |k, _| seen.push(k.to_vec()));
+            step += 1;
+            between(s, step);
+            match r.next {
+                Some(n) => {
+                    assert!(n > from, "a scan step must make progress");
+                    from = n;
+                }
+                None => return seen,
+            }
+        }
+    }
+
+    #[test]
+    fn scan_returns_every_key_present_throughout_while_the_table_changes() {
+        let mut s = Store::new(0, 0);
+        let stable: Vec<Vec<u8>> = (0..3_000u32)
+            .map(|i| format!("stable:{i}").into_bytes())
+            .collect();
+        for k in &stable {
+            put(&mut s, k, Value::Int(1), 0, 0).unwrap();
+        }
+        for count in [1, 10, 100, 5_000] {
+            let mut churn = 0u32;
+            let seen = scan_all(&mut s, count, |s, step| {
+                // Grow the table a lot (forcing resizes) and delete what was added before,
+                // between every step.
+                for _ in 0..50 {
+                    churn += 1;
+                    put(
+                        s,
+                        format!("new:{count}:{churn}").as_bytes(),
+                        Value::Int(2),
+                        0,
+                        0,
+                    )
+                    .unwrap();
+                }
+                if step % 3 == 0 {
+                    for i in churn.saturating_sub(120)..churn.saturating_sub(60) {
+                        s.remove(format!("new:{count}:{i}").as_bytes(), 0);
+                    }
+                    s.sweep(0, Store::parts());
+                }
+            });
+            let seen: std::collections::HashSet<_> = seen.into_iter().collect();
+            let missing = stable.iter().filter(|k| !seen.contains(*k)).count();
+            assert_eq!(
+                missing, 0,
+                "COUNT {count}: {missing} stable keys never returned"
+            );
+        }
+    }
+
+    #[test]
+    fn scan_of_a_quiet_store_returns_each_key_once_and_skips_expired_ones() {
+        let mut s = Store::new(0, 0);
+        for i in 0..500u32 {
+            put(&mut s, &i.to_be_bytes(), Value::Int(1), 0, 0).unwrap();
+        }
+        put(&mut s, b"gone", Value::Int(1), 5, 0).unwrap();
+        let (mut from, mut seen) = (0, Vec::new());
+        loop {
+            let r = s.scan(from, 7, 10, |k, _| seen.push(k.to_vec()));
+            match r.next {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+        let unique: std::collections::HashSet<_> = seen.iter().cloned().collect();
+        assert_eq!(seen.len(), 500);
+        assert_eq!(unique.len(), 500);
+        assert!(!unique.contains(b"gone".as_slice()));
+    }
+
+    #[test]
+    fn expiry_count_follows_every_change() {
+        let mut s = Store::new(0, 0);
+        put(&mut s, b"a", Value::Int(1), 0, 0).unwrap();
+        put(&mut s, b"b", Value::Int(1), 100, 0).unwrap();
+        put(&mut s, b"c", Value::Bucket(State::Gcra { tat: 50 }), 50, 0).unwrap();
+        assert_eq!(s.usage.expires, 2);
+        put(&mut s, b"a", Value::Int(1), 200, 0).unwrap();
+        assert_eq!(s.usage.expires, 3);
+        if let Slot::Live(mut l) = s.slot(b"b", 0) {
+            l.set_expiry(0);
+        }
+        assert_eq!(s.usage.expires, 2);
+        s.remove(b"a", 0);
+        assert_eq!(s.usage.expires, 1);
+        // Lazy expiry on access, then the sweep.
+        put(&mut s, b"d", Value::Int(1), 60, 0).unwrap();
+        assert!(s.get(b"c", 55).is_none());
+        assert!(matches!(s.slot(b"c", 55), Slot::Empty(_)));
+        assert_eq!(s.usage.expires, 1);
+        s.sweep(70, Store::parts());
+        assert_eq!(s.usage.expires, 0);
+        put(&mut s, b"e", Value::Int(1), 1_000, 0).unwrap();
+        s.clear();
+        assert_eq!(s.usage.expires, 0);
+    }
+
+    #[test]
+    fn sweep_samples_the_average_ttl() {
+        let mut s = Store::new(0, 0);
+        for i in 0..200u32 {
+            put(&mut s, &i.to_be_bytes(), Value::Int(1), 7_000_000_000, 0).unwrap();
+        }
+        put(&mut s, b"forever", Value::Int(1), 0, 0).unwrap();
+        s.sweep(2_000_000_000, Store::parts());
+        assert_eq!(s.usage.avg_ttl_ms, 5_000);
+    }
+
+    #[test]
+    fn caps_switched_on_at_run_time_count_the_keys_already_held() {
+        let caps = Caps::new(0, 0);
+        let mut a = Store::with_caps(caps.clone());
+        let mut b = Store::with_caps(caps.clone());
+        for i in 0..5u32 {
+            put(&mut a, &i.to_be_bytes(), Value::Int(1), 0, 0).unwrap();
+            put(&mut b, &(i + 100).to_be_bytes(), Value::Int(1), 0, 0).unwrap();
+        }
+        caps.set_max_keys(12);
+        a.sync_caps();
+        b.sync_caps();
+        put(&mut a, b"x1", Value::Int(1), 0, 0).unwrap();
+        put(&mut b, b"x2", Value::Int(1), 0, 0).unwrap();
+        assert_eq!(put(&mut a, b"x3", Value::Int(1), 0, 0), Err(StoreFull));
+        assert_eq!(put(&mut b, b"x3", Value::Int(1), 0, 0), Err(StoreFull));
+        // Switched off, then on again with room for one more: the count is still exact.
+        caps.set_max_keys(0);
+        put(&mut a, b"x4", Value::Int(1), 0, 0).unwrap();
+        b.remove(b"x2", 0);
+        caps.set_max_keys(13);
+        a.sync_caps();
+        b.sync_caps();
+        put(&mut b, b"x5", Value::Int(1), 0, 0).unwrap();
+        assert_eq!(put(&mut a, b"x6", Value::Int(1), 0, 0), Err(StoreFull));
+        assert_eq!(caps.keys.load(Ordering::Relaxed), a.len() + b.len());
+        caps.set_max_bytes(1 << 20);
+        caps.set_max_keys(0);
+        a.clear();
+        b.sync_caps();
+        assert_eq!(caps.keys.load(Ordering::Relaxed), b.len());
+        assert_eq!(caps.bytes.load(Ordering::Relaxed), b.usage.bytes);
     }
 
     #[test]

@@ -108,6 +108,15 @@ pub enum KeyCmd {
     DbSize,
     FlushAll,
     Keys(Bytes),
+    /// One shard's step of SCAN from scan position `from`: replies
+    /// `[next position or -1 when done, keys examined, [keys...]]`. `type_name` is matched as
+    /// TYPE names it (`string`, `bucket`), in any case.
+    Scan {
+        from: u64,
+        count: u64,
+        pattern: Option<Bytes>,
+        type_name: Option<Bytes>,
+    },
 }
 
 /// A limit decision as it goes on the wire:
@@ -296,6 +305,36 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
                 }
             });
             Reply::Array(out)
+        }
+        KeyCmd::Scan {
+            from,
+            count,
+            pattern,
+            type_name,
+        } => {
+            let mut keys = Vec::new();
+            let count = usize::try_from(count).unwrap_or(usize::MAX);
+            let step = store.scan(from, count, now, |k, v| {
+                let kind: &[u8] = if matches!(v, Value::Bucket(_)) {
+                    b"bucket"
+                } else {
+                    b"string"
+                };
+                if pattern.as_ref().is_none_or(|p| crate::glob::matches(p, k))
+                    && type_name
+                        .as_ref()
+                        .is_none_or(|t| t.eq_ignore_ascii_case(kind))
+                {
+                    keys.push(Reply::Bulk(Bytes::copy_from_slice(k)));
+                }
+            });
+            let next = step.next.and_then(|n| i64::try_from(n).ok()).unwrap_or(-1);
+            let examined = i64::try_from(step.examined).unwrap_or(i64::MAX);
+            Reply::Array(vec![
+                Reply::Int(next),
+                Reply::Int(examined),
+                Reply::Array(keys),
+            ])
         }
     }
 }

@@ -580,6 +580,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         "transactions",
         "Forgets watched keys (none are ever watched)."
     ),
+    spec!(
+        "scan",
+        -2,
+        ["readonly"],
+        0,
+        0,
+        0,
+        ["@keyspace", "@read", "@slow"],
+        "generic",
+        "Iterates over the key names: SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]."
+    ),
 ];
 
 /// Finds a command by its lowercase name.

@@ -2,6 +2,81 @@
 //!
 //! Replies are written as they are computed (no intermediate tree): a shard encodes a whole
 //! batch of replies into one buffer, and the connection writes it with one syscall.
+//!
+//! Every error reply is counted by its code (its first word), for INFO's `errorstats`: the
+//! thread that encodes replies for a node's clients names the counters once with
+//! `count_errors_in`, and `ReplyWriter::error` then pays one relaxed atomic add per error and
+//! nothing on any other reply.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The error codes counted one by one, sorted by name as Redis lists them; any other code is
+/// counted in one more bucket, shown as `OTHER`.
+pub const ERROR_CODES: [&str; 18] = [
+    "ASK",
+    "BUSY",
+    "CLUSTERDOWN",
+    "CROSSSLOT",
+    "ERR",
+    "EXECABORT",
+    "LOADING",
+    "MASTERDOWN",
+    "MOVED",
+    "NOAUTH",
+    "NOPERM",
+    "NOPROTO",
+    "NOSCRIPT",
+    "OOM",
+    "READONLY",
+    "TRYAGAIN",
+    "WRONGPASS",
+    "WRONGTYPE",
+];
+
+/// Counts of error replies by code: one slot per entry of `ERROR_CODES`, then the overflow.
+#[derive(Debug, Default)]
+pub struct ErrorCounts {
+    counts: [AtomicU64; ERROR_CODES.len() + 1],
+}
+
+impl ErrorCounts {
+    /// Counts one error whose message starts with its code.
+    pub fn count(&self, msg: &str) {
+        let code = msg.split(' ').next().unwrap_or("");
+        let slot = ERROR_CODES
+            .iter()
+            .position(|c| *c == code)
+            .unwrap_or(ERROR_CODES.len());
+        self.counts[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(code, count)` for every code, the overflow last as `OTHER`.
+    pub fn snapshot(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        ERROR_CODES
+            .iter()
+            .copied()
+            .chain(std::iter::once("OTHER"))
+            .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+    }
+
+    pub fn reset(&self) {
+        for c in &self.counts {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+thread_local! {
+    /// Where this thread's error replies are counted; none on threads that serve no node.
+    static ERROR_SINK: RefCell<Option<Arc<ErrorCounts>>> = const { RefCell::new(None) };
+}
+
+/// Counts every error reply encoded on this thread from now on in `counts`.
+pub fn count_errors_in(counts: Arc<ErrorCounts>) {
+    ERROR_SINK.with_borrow_mut(|s| *s = Some(counts));
+}
 
 /// Appends RESP-encoded values to `buf`. `resp3` selects the protocol negotiated with `HELLO`.
 pub struct ReplyWriter<'a> {
@@ -59,6 +134,11 @@ impl<'a> ReplyWriter<'a> {
     /// An error reply; `msg` starts with its code (`ERR ...`, `WRONGTYPE ...`). Line breaks in
     /// the message are replaced so the reply stays one line.
     pub fn error(&mut self, msg: &str) {
+        ERROR_SINK.with_borrow(|s| {
+            if let Some(counts) = s {
+                counts.count(msg);
+            }
+        });
         self.buf.push(b'-');
         for &b in msg.as_bytes() {
             self.buf
@@ -178,6 +258,29 @@ mod tests {
         assert_eq!(enc(false, |w| w.bulk(b"hi")), "$2\r\nhi\r\n");
         assert_eq!(enc(false, |w| w.bulk_int(-7)), "$2\r\n-7\r\n");
         assert_eq!(enc(false, |w| w.error("ERR a\r\nb")), "-ERR a  b\r\n");
+    }
+
+    #[test]
+    fn errors_are_counted_by_code_on_a_counting_thread() {
+        let counts = Arc::new(ErrorCounts::default());
+        let c = counts.clone();
+        std::thread::spawn(move || {
+            count_errors_in(c);
+            for m in ["ERR x", "WRONGTYPE y", "ERR", "NOTACODE z", "MOVED 1 h:1"] {
+                enc(false, |w| w.error(m));
+            }
+            enc(false, |w| w.ok());
+        })
+        .join()
+        .unwrap();
+        let got: Vec<_> = counts.snapshot().filter(|(_, n)| *n > 0).collect();
+        assert_eq!(
+            got,
+            [("ERR", 2), ("MOVED", 1), ("WRONGTYPE", 1), ("OTHER", 1)]
+        );
+        // Threads that serve no node count nothing.
+        enc(false, |w| w.error("ERR not counted"));
+        assert_eq!(counts.snapshot().map(|(_, n)| n).sum::<u64>(), 5);
     }
 
     #[test]

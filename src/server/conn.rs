@@ -139,7 +139,7 @@ impl Conn {
         };
         let my_shard = core.borrow().id;
         Conn {
-            authed: node.settings.requirepass.is_none(),
+            authed: !node.live.needs_auth(),
             node,
             core,
             my_shard,
@@ -258,6 +258,7 @@ impl Conn {
                     }
                 }
                 _ = shutdown.changed() => return Ok(()),
+                _ = self.info.killed() => return Ok(()),
             }
             if self.over_client_cap() {
                 self.node
@@ -765,14 +766,15 @@ fn stored_value_len(cmd: &KeyCmd) -> usize {
         | KeyCmd::Lease { .. }
         | KeyCmd::DbSize
         | KeyCmd::FlushAll
-        | KeyCmd::Keys(_) => 0,
+        | KeyCmd::Keys(_)
+        | KeyCmd::Scan { .. } => 0,
     }
 }
 
 /// Whether a command's reply can carry a stored value (and so be as large as one).
 fn returns_stored_value(cmd: &KeyCmd) -> bool {
     match cmd {
-        KeyCmd::Get(_) | KeyCmd::Keys(_) => true,
+        KeyCmd::Get(_) | KeyCmd::Keys(_) | KeyCmd::Scan { .. } => true,
         KeyCmd::Set { get, .. } => *get,
         KeyCmd::IncrBy { .. }
         | KeyCmd::Expire { .. }

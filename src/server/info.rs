@@ -17,6 +17,22 @@ pub fn rss_bytes() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (system, user) used by this process (`RUSAGE_SELF`) or its waited-for
+/// children (`RUSAGE_CHILDREN`).
+fn cpu_seconds(who: libc::c_int) -> (f64, f64) {
+    // SAFETY: getrusage only writes the struct it is given, which is a plain C struct for
+    // which all-zero bytes are a valid value.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(who, &mut ru) != 0 {
+            return (0.0, 0.0);
+        }
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_stime), secs(ru.ru_utime))
+}
+
 fn wanted(sections: &[String], name: &str) -> bool {
     sections.is_empty()
         || sections.iter().any(|s| {
@@ -56,21 +72,32 @@ pub fn render(node: &Node, sections: &[String]) -> String {
             out,
             "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
             node.connected_clients(),
-            node.settings.maxclients
+            node.live.maxclients()
         );
     }
     if wanted(sections, "memory") {
         let _ = write!(
             out,
             "# Memory\r\nused_memory:{used}\r\nused_memory_rss:{rss}\r\nmaxmemory:{}\r\nmaxmemory_policy:noeviction\r\n\r\n",
-            node.settings.maxmemory
+            node.live.caps.max_bytes()
         );
     }
+    // Error replies by code, summed over the shards that sent them.
+    let mut errors: Vec<(&str, u64)> = Vec::new();
+    for s in &node.shards {
+        for (i, (code, n)) in s.stats.errors.snapshot().enumerate() {
+            match errors.get_mut(i) {
+                Some(e) => e.1 += n,
+                None => errors.push((code, n)),
+            }
+        }
+    }
+    let total_errors: u64 = errors.iter().map(|e| e.1).sum();
     if wanted(sections, "stats") {
         let st = &node.stats;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nprotocol_errors:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nunexpected_error_replies:0\r\ntotal_error_replies:{total_errors}\r\nprotocol_errors:{}\r\n\r\n",
             st.connections_received.load(Ordering::Relaxed),
             sum(&|s| s.requests.load(Ordering::Relaxed)),
             st.commands_per_sec.load(Ordering::Relaxed),
@@ -79,6 +106,21 @@ pub fn render(node: &Node, sections: &[String]) -> String {
             st.protocol_errors.load(Ordering::Relaxed),
         );
     }
+    if wanted(sections, "cpu") {
+        let (sys, user) = cpu_seconds(libc::RUSAGE_SELF);
+        let (csys, cuser) = cpu_seconds(libc::RUSAGE_CHILDREN);
+        let _ = write!(
+            out,
+            "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:{csys:.6}\r\nused_cpu_user_children:{cuser:.6}\r\n\r\n"
+        );
+    }
+    if wanted(sections, "errorstats") {
+        out.push_str("# Errorstats\r\n");
+        for (code, n) in errors.iter().filter(|e| e.1 > 0) {
+            let _ = write!(out, "errorstat_{code}:count={n}\r\n");
+        }
+        out.push_str("\r\n");
+    }
     if wanted(sections, "cluster") {
         let enabled = u8::from(node.cluster().is_some());
         let _ = write!(out, "# Cluster\r\ncluster_enabled:{enabled}\r\n\r\n");
@@ -86,7 +128,21 @@ pub fn render(node: &Node, sections: &[String]) -> String {
     if wanted(sections, "keyspace") {
         out.push_str("# Keyspace\r\n");
         if keys > 0 {
-            let _ = write!(out, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+            let expires = sum(&|s| s.expires.load(Ordering::Relaxed));
+            // Each shard's sampled average, weighted by how many keys with a TTL it holds.
+            let weighted: u128 = node
+                .shards
+                .iter()
+                .map(|s| {
+                    u128::from(s.stats.avg_ttl_ms.load(Ordering::Relaxed))
+                        * u128::from(s.stats.expires.load(Ordering::Relaxed))
+                })
+                .sum();
+            let avg_ttl = weighted.checked_div(u128::from(expires)).unwrap_or(0);
+            let _ = write!(
+                out,
+                "db0:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n"
+            );
         }
         out.push_str("\r\n");
     }

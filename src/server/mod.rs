@@ -10,14 +10,17 @@
 mod cluster_cmds;
 mod conn;
 mod info;
+mod live;
 mod node_cmds;
+
+pub use live::LiveSettings;
 
 use crate::clock::Clock;
 use crate::cluster::node::{Cluster, ProposeError};
 use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
 use crate::cmd::{MultiCmd, table};
 use crate::config::Settings;
-use crate::protocol::{Args, ReplyWriter, RequestLimits};
+use crate::protocol::{Args, ReplyWriter};
 use crate::rules::RuleStore;
 use crate::shard::{
     self, Answer, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg,
@@ -70,6 +73,13 @@ pub struct ClientInfo {
     pub omem: AtomicU64,
     /// The last command run: its index in `cmd::table::COMMANDS` plus one (0: none yet).
     pub last_cmd: AtomicUsize,
+    /// The last subcommand of a container command (CLIENT LIST...), as an index into the
+    /// node commands' subcommand list plus one (0: none).
+    pub last_sub: AtomicUsize,
+    /// Set once by CLIENT KILL (or the idle timeout); the connection closes when it sees it.
+    kill_requested: std::sync::atomic::AtomicBool,
+    /// Wakes the connection when `kill_requested` is set (`ClientInfo::killed`).
+    kill_signal: tokio::sync::Notify,
 }
 
 #[derive(Default, Clone)]
@@ -82,7 +92,10 @@ pub struct ClientMeta {
 
 /// Everything the shard threads share.
 pub struct Node {
+    /// The settings the node started with.
     pub settings: Settings,
+    /// The current values of the settings CONFIG SET changes.
+    pub live: LiveSettings,
     pub shards: Vec<ShardHandle>,
     pub rules: RuleStore,
     pub clock: Arc<dyn Clock>,
@@ -92,7 +105,6 @@ pub struct Node {
     pub addr: SocketAddr,
     next_client_id: AtomicU64,
     connected: AtomicUsize,
-    limits: RequestLimits,
     shutdown: watch::Receiver<bool>,
     /// Which shard owns each hash slot. Standalone: slots are dealt round-robin. Cluster: all
     /// slots of a group live on one shard, so a group's keys can be snapshotted together.
@@ -123,16 +135,6 @@ impl Node {
     /// The shard that owns a hash slot.
     fn slot_owner(&self, slot: u16) -> usize {
         usize::from(self.slot_shard[usize::from(slot) % self.slot_shard.len()])
-    }
-
-    /// What a request may be, as configured now.
-    pub fn request_limits(&self) -> RequestLimits {
-        self.limits
-    }
-
-    /// The node-wide cap on client buffers (0 = none).
-    pub fn maxmemory_clients(&self) -> usize {
-        self.settings.maxmemory_clients
     }
 
     /// Raises the largest-value mark; a plain store only when the value is large.
@@ -204,15 +206,10 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     let n = settings.shards.max(1);
     let (handles, inboxes): (Vec<ShardHandle>, Vec<ShardInbox>) =
         (0..n).map(shard::channel).unzip();
-    let limits = RequestLimits {
-        max_bulk_len: settings.proto_max_bulk_len,
-        max_args: settings.max_args,
-        max_inline_len: settings.max_inline_len,
-        max_request_bytes: settings.client_query_buffer_limit,
-    };
     let (tx, rx) = watch::channel(false);
     // One set of caps for the whole node, shared by the shards' stores.
     let caps = crate::store::Caps::new(settings.max_keys, settings.maxmemory);
+    let live = LiveSettings::new(&settings, caps.clone());
 
     let slot_shard: Vec<u16> = (0..crate::slot::SLOTS)
         .map(|slot| {
@@ -226,6 +223,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     let cluster_settings = settings.cluster.clone();
     let node = Arc::new(Node {
         settings,
+        live,
         shards: handles,
         rules,
         clock,
@@ -235,7 +233,6 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         addr,
         next_client_id: AtomicU64::new(1),
         connected: AtomicUsize::new(0),
-        limits,
         shutdown: rx.clone(),
         slot_shard,
         cluster: std::sync::OnceLock::new(),
@@ -249,7 +246,10 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         let caps = caps.clone();
         let t = std::thread::Builder::new()
             .name(format!("shard-{id}"))
-            .spawn(move || shard_thread(node, id, inbox, Store::with_caps(caps)))
+            .spawn(move || {
+                crate::protocol::reply::count_errors_in(node.shards[id].stats.errors.clone());
+                shard_thread(node, id, inbox, Store::with_caps(caps))
+            })
             .map_err(|e| format!("cannot start shard thread: {e}"))?;
         threads.push(t);
     }
@@ -272,6 +272,10 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         rx.clone(),
     ))];
     tasks.push(tokio::spawn(sample_rates(node.clone(), rx.clone())));
+    tasks.push(tokio::spawn(live::close_idle_clients(
+        node.clone(),
+        rx.clone(),
+    )));
     if node.rules.file().is_some() && node.settings.rules_reload_ms > 0 {
         tasks.push(tokio::spawn(watch_rules(node.clone(), rx)));
     }
@@ -364,6 +368,10 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
                         node.connected.fetch_sub(1, Ordering::Relaxed);
                     }
                 },
+                ShardMsg::SyncCaps { reply } => {
+                    core.borrow_mut().store.sync_caps();
+                    let _ = reply.send(());
+                }
                 ShardMsg::Stop => break,
             }
             while conns.try_join_next().is_some() {}
@@ -385,7 +393,7 @@ async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: watch
             res = listener.accept() => match res {
                 Ok((stream, _peer)) => {
                     node.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                    if node.connected.load(Ordering::Relaxed) >= node.settings.maxclients {
+                    if node.connected.load(Ordering::Relaxed) >= node.live.maxclients() {
                         node.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                         tokio::spawn(async move {
                             let mut s = stream;
@@ -452,6 +460,9 @@ fn register(node: &Node, stream: &TcpStream, peer: SocketAddr, shard: usize) -> 
         qbuf: AtomicU64::new(0),
         omem: AtomicU64::new(0),
         last_cmd: AtomicUsize::new(0),
+        last_sub: AtomicUsize::new(0),
+        kill_requested: std::sync::atomic::AtomicBool::new(false),
+        kill_signal: tokio::sync::Notify::new(),
     });
     lock(&node.clients).insert(id, info.clone());
     info
@@ -678,7 +689,16 @@ fn is_no_auth(name: &[u8]) -> bool {
 fn is_barrier(name: &str) -> bool {
     matches!(
         name,
-        "hello" | "auth" | "quit" | "reset" | "dbsize" | "flushall" | "flushdb" | "keys" | "select"
+        "hello"
+            | "auth"
+            | "quit"
+            | "reset"
+            | "dbsize"
+            | "flushall"
+            | "flushdb"
+            | "keys"
+            | "scan"
+            | "select"
     )
 }
 
