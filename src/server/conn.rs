@@ -501,8 +501,8 @@ impl Conn {
         loop {
             // Send the other shards their batches first, so they work while this one does.
             let mut waits: Vec<(usize, oneshot::Receiver<Answer>)> = Vec::new();
-            for s in 0..n {
-                if s != self.my_shard && !self.round.queued[s].is_empty() && replies[s].len() == 0 {
+            for (s, ready) in replies.iter().enumerate() {
+                if s != self.my_shard && !self.round.queued[s].is_empty() && ready.len() == 0 {
                     let batch = std::mem::take(&mut self.round.queued[s]);
                     waits.push((s, self.node.shards[s].submit(batch, REPLY_BUDGET).await?));
                 }
