@@ -74,6 +74,9 @@ pub struct Caps {
     max_bytes: AtomicUsize,
     keys: AtomicUsize,
     bytes: AtomicUsize,
+    /// The largest string value any store has held (a high-water mark, never lowered): how
+    /// large one reply carrying a stored value can be.
+    largest_value: AtomicUsize,
 }
 
 impl Caps {
@@ -91,6 +94,20 @@ impl Caps {
 
     pub fn max_bytes(&self) -> usize {
         self.max_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The largest string value stored so far (at least 4 KiB: smaller ones are not tracked).
+    pub fn largest_value(&self) -> usize {
+        self.largest_value.load(Ordering::Relaxed).max(4096)
+    }
+
+    /// Raises the largest-value mark; touches the shared counter only for a large value.
+    fn note_value(&self, value: &Value<'_>) {
+        if let Value::Str(s) = value
+            && s.len() > 4096
+        {
+            self.largest_value.fetch_max(s.len(), Ordering::Relaxed);
+        }
     }
 
     /// Changes the key cap; each store starts or stops counting on its next add or removal,
@@ -533,6 +550,7 @@ impl<'a> LiveEntry<'a> {
     /// new record (the old one becomes dead space for the next compaction).
     pub fn set(&mut self, value: Value<'_>, expires_at: u64) {
         self.timing.note(expires_at);
+        self.usage.caps.note_value(&value);
         let off = *self.entry.get() as usize;
         let had_expiry = view(self.arena, off).expires_at != 0;
         if had_expiry != (expires_at != 0) {
@@ -591,6 +609,7 @@ impl<'a> LiveEntry<'a> {
 impl<'a> EmptySlot<'a> {
     /// Adds the key, unless a cap is reached.
     pub fn insert(self, value: Value<'_>, expires_at: u64) -> Result<(), StoreFull> {
+        self.usage.caps.note_value(&value);
         self.scratch.clear();
         encode_payload(value, expires_at, self.scratch);
         let cost =

@@ -436,14 +436,13 @@ impl Conn {
             return Ok(());
         };
         let g = c.group_of_slot(slot) as usize;
-        self.node.note_value_len(stored_value_len(&cmd));
         let returns_value = returns_stored_value(&cmd);
         self.round.queued[g].push(cmd);
         self.round.slots[g].push(slot);
         self.round.order.push(Part::Unit(g));
         if returns_value {
             self.round.value_cmds += 1;
-            let largest = self.node.largest_value.load(Ordering::Relaxed).max(1);
+            let largest = self.node.live.caps.largest_value();
             if self.round.value_cmds >= (CLUSTER_REPLY_BUDGET / largest).max(1) {
                 self.flush().await?;
             }
@@ -745,30 +744,6 @@ const WATCH_UNSUPPORTED: &str = "ERR WATCH is not supported: a MULTI/EXEC on one
 /// Whether a transaction's next key command may use `slot` (the first one fixes it).
 fn same_slot(txn: &mut Txn, slot: u16) -> bool {
     *txn.slot.get_or_insert(slot) == slot
-}
-
-/// The size of the value a command stores, for the node's largest-value mark.
-fn stored_value_len(cmd: &KeyCmd) -> usize {
-    match cmd {
-        KeyCmd::Set { value, .. } => value.len(),
-        KeyCmd::Get(_)
-        | KeyCmd::IncrBy { .. }
-        | KeyCmd::Expire { .. }
-        | KeyCmd::Persist(_)
-        | KeyCmd::Ttl { .. }
-        | KeyCmd::Type(_)
-        | KeyCmd::Del(_)
-        | KeyCmd::Exists(_)
-        | KeyCmd::Throttle { .. }
-        | KeyCmd::Check { .. }
-        | KeyCmd::CheckAll { .. }
-        | KeyCmd::Refund { .. }
-        | KeyCmd::Lease { .. }
-        | KeyCmd::DbSize
-        | KeyCmd::FlushAll
-        | KeyCmd::Keys(_)
-        | KeyCmd::Scan { .. } => 0,
-    }
 }
 
 /// Whether a command's reply can carry a stored value (and so be as large as one).

@@ -112,8 +112,6 @@ pub struct Node {
     cluster: std::sync::OnceLock<Arc<Cluster>>,
     /// Bytes all client connections hold in their request and reply buffers.
     pub client_buffer_bytes: AtomicUsize,
-    /// The largest string value any command has stored (a high-water mark, never lowered).
-    pub largest_value: AtomicUsize,
     /// When free heap memory was last handed back to the operating system (ms of uptime).
     last_trim_ms: AtomicU64,
 }
@@ -135,13 +133,6 @@ impl Node {
     /// The shard that owns a hash slot.
     fn slot_owner(&self, slot: u16) -> usize {
         usize::from(self.slot_shard[usize::from(slot) % self.slot_shard.len()])
-    }
-
-    /// Raises the largest-value mark; a plain store only when the value is large.
-    fn note_value_len(&self, len: usize) {
-        if len > 4096 {
-            self.largest_value.fetch_max(len, Ordering::Relaxed);
-        }
     }
 
     /// Hands free heap memory back to the operating system, at most once a second.
@@ -237,7 +228,6 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         slot_shard,
         cluster: std::sync::OnceLock::new(),
         client_buffer_bytes: AtomicUsize::new(0),
-        largest_value: AtomicUsize::new(0),
         last_trim_ms: AtomicU64::new(0),
     });
     let mut threads = Vec::with_capacity(n);
