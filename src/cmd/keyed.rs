@@ -115,7 +115,8 @@ pub enum KeyCmd {
         key: Bytes,
         delta: i64,
     },
-    /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms).
+    /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms),
+    /// as logged before `ExpireChecked` replaced it; still applied when a log replays it.
     Expire {
         key: Bytes,
         ms: i64,
