@@ -956,8 +956,14 @@ async fn limiter_reply_and_error_shapes() {
             "Cell error: Store error: Couldn't parse as integer: q"
         );
         let zero = "Cell error: Store error: Zero rates are not supported";
-        assert_eq!(q_err(&mut c, &["CL.THROTTLE", "k", "15", "0", "60"]).await, zero);
-        assert_eq!(q_err(&mut c, &["CL.THROTTLE", "k", "15", "30", "0"]).await, zero);
+        assert_eq!(
+            q_err(&mut c, &["CL.THROTTLE", "k", "15", "0", "60"]).await,
+            zero
+        );
+        assert_eq!(
+            q_err(&mut c, &["CL.THROTTLE", "k", "15", "30", "0"]).await,
+            zero
+        );
         // A negative burst is a limit of burst + 1, refusing everything; a negative quantity
         // of more than a millisecond fails after writing the key (see tests/limits.rs).
         assert_eq!(
