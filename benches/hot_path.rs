@@ -229,11 +229,13 @@ fn limiter_kernels(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % LANES;
             now += gaps[i];
-            let out = cell::throttle(tats[i], black_box(&args), black_box(now)).expect("valid");
-            if out.new_tat.is_some() {
-                tats[i] = out.new_tat;
+            let out = cell::throttle(tats[i], black_box(&args), black_box(now));
+            match out.write {
+                cell::CellWrite::Store { tat, .. } => tats[i] = Some(tat),
+                cell::CellWrite::Remove => tats[i] = None,
+                cell::CellWrite::Keep => {}
             }
-            out.reply[0]
+            out.reply.map_or(-1, |r| r[0])
         })
     });
     g.finish();

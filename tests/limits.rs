@@ -74,6 +74,114 @@ async fn cl_throttle_matches_redis_cell() {
     .await
 }
 
+/// Arguments the redis-cell module accepts and how it answers them, each reply taken from
+/// redis-cell 0.5 loaded into Redis 7.0, on a fresh key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cl_throttle_answers_odd_arguments_as_redis_cell_does() {
+    bounded(async {
+        let node = TestNode::start().await;
+        let mut c = node.conn().await;
+        let cases: [(&[&str], [i64; 5]); 11] = [
+            // A negative burst is a limit of burst + 1: nothing fits.
+            (&["-1", "30", "60"], [1, 0, 0, -1, 0]),
+            (&["-5", "30", "60"], [1, -4, 0, -1, 0]),
+            // Negative counts and periods make a negative interval.
+            (&["1", "-1", "60"], [1, 2, 0, -1, 0]),
+            (&["1", "1", "-60"], [1, 2, 0, -1, 0]),
+            // Rust's integer syntax: a plus sign and leading zeros are fine.
+            (&["+1", "01", "60"], [0, 2, 1, -1, 60]),
+            // Wrapping 64-bit products: limit i64::MAX + 1, and a period so long that the
+            // interval saturates.
+            (&["9223372036854775807", "1", "1"], [1, i64::MIN, 0, -1, 0]),
+            (
+                &["1", "9223372036854775807", "9223372036854775807"],
+                [0, 2, 1, -1, 1],
+            ),
+            (&["1", "1", "9223372036854775807"], [1, 2, 0, -1, 0]),
+            // A negative quantity within a millisecond answers; remaining counts it back.
+            (&["1", "1000", "1", "-1"], [0, 2, 3, -1, 0]),
+            // Under one microsecond per request, remaining divides by zero microseconds.
+            (&["5", "2000000", "1", "1"], [0, 6, i64::MAX, -1, 0]),
+            (&["15", "30", "60", "0"], [0, 16, 16, -1, 0]),
+        ];
+        for (i, (args, want)) in cases.iter().enumerate() {
+            let key = format!("odd:{i}");
+            let mut cmd = vec!["CL.THROTTLE", key.as_str()];
+            cmd.extend_from_slice(args);
+            assert_eq!(limit(&mut c, &cmd).await, *want, "{args:?}");
+        }
+        let errors: [(&[&str], &str); 5] = [
+            (&["1", "0", "60"], "Zero rates are not supported"),
+            (&["1", "1", "0"], "Zero rates are not supported"),
+            (&["1", "2000000000", "1"], "Zero rates are not supported"),
+            (&["1.5", "1", "60"], "Couldn't parse as integer: 1.5"),
+            (
+                &["1", "1", "60", "9223372036854775808"],
+                "Couldn't parse as integer: 9223372036854775808",
+            ),
+        ];
+        for (args, want) in errors {
+            let mut cmd = vec!["CL.THROTTLE", "err"];
+            cmd.extend_from_slice(args);
+            assert_eq!(
+                q_err(&mut c, &cmd).await,
+                format!("Cell error: Store error: {want}"),
+                "{args:?}"
+            );
+        }
+        assert!(!exists(&mut c, "err").await);
+        node.shutdown().await;
+    })
+    .await
+}
+
+/// What redis-cell leaves behind on negative quantities, and how later calls read it; each
+/// step checked against redis-cell 0.5 in Redis 7.0 (with real waits there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cl_throttle_negative_quantities_leave_what_redis_cell_leaves() {
+    bounded(async {
+        let node = TestNode::start().await;
+        let mut c = node.conn().await;
+        // A 1 ms increment taken back: the key stays without expiry, its tat 1 ms ago.
+        assert_eq!(
+            limit(&mut c, &["CL.THROTTLE", "neg1", "1", "1000", "1", "-1"]).await,
+            [0, 2, 3, -1, 0]
+        );
+        assert_eq!(q::<i64>(&mut c, &["TTL", "neg1"]).await, -1);
+        node.advance_ms(5_000);
+        // A limited request reads that old tat as it is: reset -5 s, remaining 5003.
+        assert_eq!(
+            limit(&mut c, &["CL.THROTTLE", "neg1", "1", "1000", "1", "5"]).await,
+            [1, 2, 5003, -1, -5]
+        );
+        // More than a millisecond back: the key is written, then setting its TTL fails.
+        assert_eq!(
+            q_err(&mut c, &["CL.THROTTLE", "neg2", "1", "1", "60", "-1"]).await,
+            "Cell error: Store error: Error while setting key expire"
+        );
+        assert!(exists(&mut c, "neg2").await);
+        assert_eq!(q::<i64>(&mut c, &["TTL", "neg2"]).await, -1);
+        // Its tat is in the past, so the next request starts afresh.
+        assert_eq!(
+            limit(&mut c, &["CL.THROTTLE", "neg2", "1", "1", "60", "1"]).await,
+            [0, 2, 1, -1, 60]
+        );
+        assert_eq!(q::<i64>(&mut c, &["TTL", "neg2"]).await, 60);
+        // A tat taken before 1970 wraps modulo 2^64 into the far future, and stays there.
+        let wrap = ["CL.THROTTLE", "wrap", "0", "1", "9000000000"];
+        assert_eq!(
+            q_err(&mut c, &[&wrap[..], &["-1"]].concat()).await,
+            "Cell error: Store error: Error while setting key expire"
+        );
+        assert_eq!(
+            limit(&mut c, &[&wrap[..], &["1"]].concat()).await,
+            [1, 1, 0, 9_446_744_074, 9_446_744_074]
+        );
+        node.shutdown().await;
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cl_throttle_keys_expire_when_full_again() {
     bounded(async {

@@ -332,9 +332,14 @@ async fn configured_request_limits_are_enforced() {
             c.cmd(&["SET", "k", &sixteen]).await,
             Resp::Simple("OK".into())
         );
+        // Four arguments reach the command, which answers them as redis-cell does.
         assert_eq!(
             c.cmd(&["CL.THROTTLE", "k2", "1", "1"]).await,
-            Resp::Error("ERR wrong number of arguments for 'cl.throttle' command".into())
+            Resp::Error(
+                "Cell error: Store error: Usage: cl.throttle <key> <max_burst> \
+                 <count per period> <period> [<quantity>]"
+                    .into()
+            )
         );
         let inline = format!("ECHO {}\r\n", "y".repeat(64 - 7));
         c.send(inline.as_bytes()).await;

@@ -3,14 +3,19 @@
 //! The connection parses and validates; the shard only executes, so a `KeyCmd` is always
 //! well-formed. Each command yields exactly one `Reply`.
 
-use crate::limiter::cell::{self, CellArgs};
+use crate::cmd::float;
+use crate::limiter::cell::{self, CellArgs, CellWrite};
 use crate::limiter::{self, Decision, Rule, State};
-use crate::store::{Slot, Store, StoreFull, Value};
+use crate::store::{OwnedValue, Slot, Store, StoreFull, Value};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
 const NS_PER_MS: u64 = 1_000_000;
+
+/// The largest reply MGET builds; a larger one is refused (`MGET k k k ...` of a large value
+/// would otherwise make the node hold many copies of it).
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// How SET treats an existing key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +51,56 @@ pub enum ExpireCond {
     XxLt,
 }
 
+/// The command a time argument came from: Redis names it in "invalid expire time" errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeCmd {
+    Set,
+    SetEx,
+    PSetEx,
+    GetEx,
+    Expire,
+    PExpire,
+    ExpireAt,
+    PExpireAt,
+}
+
+impl TimeCmd {
+    pub fn invalid_expire(self) -> &'static str {
+        match self {
+            TimeCmd::Set => "ERR invalid expire time in 'set' command",
+            TimeCmd::SetEx => "ERR invalid expire time in 'setex' command",
+            TimeCmd::PSetEx => "ERR invalid expire time in 'psetex' command",
+            TimeCmd::GetEx => "ERR invalid expire time in 'getex' command",
+            TimeCmd::Expire => "ERR invalid expire time in 'expire' command",
+            TimeCmd::PExpire => "ERR invalid expire time in 'pexpire' command",
+            TimeCmd::ExpireAt => "ERR invalid expire time in 'expireat' command",
+            TimeCmd::PExpireAt => "ERR invalid expire time in 'pexpireat' command",
+        }
+    }
+
+    /// The `*AT` commands take a unix time; the others a time from now.
+    fn absolute(self) -> bool {
+        matches!(self, TimeCmd::ExpireAt | TimeCmd::PExpireAt)
+    }
+}
+
+/// GETEX's option. Redis validates the time only once it has found a string under the key,
+/// so a refused time travels to the shard and is reported there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GetExOpt {
+    /// No option: GETEX is GET.
+    Keep,
+    Persist,
+    /// EX / PX, in milliseconds (positive).
+    In(u64),
+    /// EXAT / PXAT, unix time in milliseconds (positive).
+    At(u64),
+    /// The time was not an integer.
+    NotInteger,
+    /// The time was zero, negative, or overflowed when converted to milliseconds.
+    Invalid,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum KeyCmd {
     Get(Bytes),
@@ -60,7 +115,8 @@ pub enum KeyCmd {
         key: Bytes,
         delta: i64,
     },
-    /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms).
+    /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms),
+    /// as logged before `ExpireChecked` replaced it; still applied when a log replays it.
     Expire {
         key: Bytes,
         ms: i64,
@@ -108,6 +164,53 @@ pub enum KeyCmd {
     DbSize,
     FlushAll,
     Keys(Bytes),
+    // New variants go below this line only: the enum's variant order is its encoding.
+    /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT with Redis's overflow checks: `ms` is the argument
+    /// in milliseconds, from now or since the epoch as `cmd` says.
+    ExpireChecked {
+        key: Bytes,
+        ms: i64,
+        cond: ExpireCond,
+        cmd: TimeCmd,
+    },
+    /// SETEX / PSETEX: SET with a time to live in milliseconds (positive).
+    SetEx {
+        key: Bytes,
+        value: Bytes,
+        ms: u64,
+        cmd: TimeCmd,
+    },
+    /// SETNX: SET NX answering 1 or 0.
+    SetNx {
+        key: Bytes,
+        value: Bytes,
+    },
+    /// GETSET: SET GET.
+    GetSet {
+        key: Bytes,
+        value: Bytes,
+    },
+    GetEx {
+        key: Bytes,
+        opt: GetExOpt,
+    },
+    GetDel(Bytes),
+    /// EXPIRETIME / PEXPIRETIME.
+    ExpireTime {
+        key: Bytes,
+        ms: bool,
+    },
+    /// The increment is read on the shard, after the key's type is checked, as Redis orders it.
+    IncrByFloat {
+        key: Bytes,
+        incr: Bytes,
+    },
+    MGet(Vec<Bytes>),
+    /// `keys[i]` is set to `values[i]`, in order (a repeated key ends with its last value).
+    MSet {
+        keys: Vec<Bytes>,
+        values: Vec<Bytes>,
+    },
     /// One shard's step of SCAN from scan position `from`: replies
     /// `[next position or -1 when done, keys examined, [keys...]]`. `type_name` is matched as
     /// TYPE names it (`string`, `bucket`), in any case.
@@ -155,6 +258,9 @@ const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kin
 const OOM: &str = "OOM command not allowed when the key limit or maxmemory is reached";
 const NOT_INT: &str = "ERR value is not an integer or out of range";
 const OVERFLOW: &str = "ERR increment or decrement would overflow";
+const NOT_FLOAT: &str = "ERR value is not a valid float";
+const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
+const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
 
 fn ceil_ms(ns: u64) -> i64 {
     i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(i64::MAX)
@@ -197,7 +303,7 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
             expiry,
             cond,
             get,
-        } => set(store, &key, value, expiry, cond, get, now),
+        } => set(store, &key, value, expiry, cond, get, now, TimeCmd::Set),
         KeyCmd::IncrBy { key, delta } => incr_by(store, &key, delta, now),
         KeyCmd::Expire {
             key,
@@ -297,6 +403,77 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
             store.clear();
             Reply::Ok
         }
+        KeyCmd::ExpireChecked { key, ms, cond, cmd } => {
+            // Redis refuses `when > LLONG_MAX - now` for a time from now, missing keys too.
+            if !cmd.absolute() && ms.checked_add(ms_of(now)).is_none() {
+                return Reply::err(cmd.invalid_expire());
+            }
+            expire(store, &key, ms, cmd.absolute(), cond, now)
+        }
+        KeyCmd::SetEx {
+            key,
+            value,
+            ms,
+            cmd,
+        } => set(
+            store,
+            &key,
+            value,
+            SetExpiry::In(ms),
+            SetCond::Always,
+            false,
+            now,
+            cmd,
+        ),
+        KeyCmd::SetNx { key, value } => {
+            match set(
+                store,
+                &key,
+                value,
+                SetExpiry::Clear,
+                SetCond::IfAbsent,
+                false,
+                now,
+                TimeCmd::Set,
+            ) {
+                Reply::Ok => Reply::Int(1),
+                Reply::Nil => Reply::Int(0),
+                other => other,
+            }
+        }
+        KeyCmd::GetSet { key, value } => set(
+            store,
+            &key,
+            value,
+            SetExpiry::Clear,
+            SetCond::Always,
+            true,
+            now,
+            TimeCmd::Set,
+        ),
+        KeyCmd::GetEx { key, opt } => getex(store, &key, opt, now),
+        KeyCmd::GetDel(key) => match store.slot(&key, now) {
+            Slot::Live(live) => {
+                let old = match string_reply(live.get().value) {
+                    Some(r) => r,
+                    None => return Reply::err(WRONGTYPE),
+                };
+                live.remove();
+                old
+            }
+            Slot::Empty(_) => Reply::Nil,
+        },
+        KeyCmd::ExpireTime { key, ms } => match store.get(&key, now) {
+            None => Reply::Int(-2),
+            Some(e) if e.expires_at == 0 => Reply::Int(-1),
+            Some(e) => {
+                let at = i64::try_from(e.expires_at / NS_PER_MS).unwrap_or(i64::MAX);
+                Reply::Int(if ms { at } else { (at + 500) / 1000 })
+            }
+        },
+        KeyCmd::IncrByFloat { key, incr } => incr_by_float(store, &key, &incr, now),
+        KeyCmd::MGet(keys) => mget(store, &keys, now),
+        KeyCmd::MSet { keys, values } => mset(store, &keys, &values, now),
         KeyCmd::Keys(pattern) => {
             let mut out = Vec::new();
             store.for_each_key(now, |k| {
@@ -339,6 +516,41 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
     }
 }
 
+/// Milliseconds since the epoch, Redis's `mstime()` at `now` (ns).
+fn ms_of(now: u64) -> i64 {
+    (now / NS_PER_MS) as i64
+}
+
+/// How a string is kept: integers as counters, anything else as bytes.
+fn string_value(value: &[u8]) -> Value<'_> {
+    match crate::protocol::args::parse_i64(value) {
+        Some(v) => Value::Int(v),
+        None => Value::Str(value),
+    }
+}
+
+/// A string key's value as a bulk reply; None for a bucket.
+fn string_reply(value: Value<'_>) -> Option<Reply> {
+    match value {
+        Value::Str(s) => Some(Reply::Bulk(Bytes::copy_from_slice(s))),
+        Value::Int(v) => Some(Reply::Bulk(Bytes::from(v.to_string()))),
+        Value::Bucket(_) => None,
+    }
+}
+
+/// True if `now_ms + ms` passes `i64::MAX`: Redis's overflow test for a time from now.
+fn relative_overflows(ms: u64, now: u64) -> bool {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| ms.checked_add(ms_of(now)))
+        .is_none()
+}
+
+/// SET and the commands Redis builds on it. A relative expiry whose absolute time would pass
+/// `i64::MAX` milliseconds is refused, naming `cmd`, before anything else happens. Times that
+/// Redis accepts but that lie past 2554 (bucketd's clock is u64 nanoseconds) are clamped to that
+/// end: such a key simply never expires in practice, as in Redis.
+#[allow(clippy::too_many_arguments)]
 fn set(
     store: &mut Store,
     key: &[u8],
@@ -347,19 +559,21 @@ fn set(
     cond: SetCond,
     get: bool,
     now: u64,
+    cmd: TimeCmd,
 ) -> Reply {
-    let stored = match crate::protocol::args::parse_i64(&value) {
-        Some(v) => Value::Int(v),
-        None => Value::Str(&value),
-    };
+    if let SetExpiry::In(ms) = expiry
+        && relative_overflows(ms, now)
+    {
+        return Reply::err(cmd.invalid_expire());
+    }
+    let stored = string_value(&value);
     let abs = |ms: u64| -> u64 { ms.saturating_mul(NS_PER_MS) };
     let slot = store.slot(key, now);
     let old = match &slot {
-        Slot::Live(l) => match l.get().value {
-            Value::Str(s) => Reply::Bulk(Bytes::copy_from_slice(s)),
-            Value::Int(v) => Reply::Bulk(Bytes::from(v.to_string())),
-            Value::Bucket(_) if get => return Reply::err(WRONGTYPE),
-            Value::Bucket(_) => Reply::Nil,
+        Slot::Live(l) => match string_reply(l.get().value) {
+            Some(r) => r,
+            None if get => return Reply::err(WRONGTYPE),
+            None => Reply::Nil,
         },
         Slot::Empty(_) => Reply::Nil,
     };
@@ -428,6 +642,149 @@ fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Reply {
     }
 }
 
+/// GETEX, in Redis's order: a missing key is nil and a bucket WRONGTYPE whatever the option
+/// says; only then is the time checked.
+fn getex(store: &mut Store, key: &[u8], opt: GetExOpt, now: u64) -> Reply {
+    let Slot::Live(mut live) = store.slot(key, now) else {
+        return Reply::Nil;
+    };
+    let Some(value) = string_reply(live.get().value) else {
+        return Reply::err(WRONGTYPE);
+    };
+    match opt {
+        GetExOpt::Keep => {}
+        GetExOpt::NotInteger => return Reply::err(NOT_INT),
+        GetExOpt::Invalid => return Reply::err(TimeCmd::GetEx.invalid_expire()),
+        GetExOpt::Persist => {
+            if live.get().expires_at != 0 {
+                live.set_expiry(0);
+            }
+        }
+        GetExOpt::In(ms) => {
+            if relative_overflows(ms, now) {
+                return Reply::err(TimeCmd::GetEx.invalid_expire());
+            }
+            live.set_expiry(now.saturating_add(ms.saturating_mul(NS_PER_MS)));
+        }
+        GetExOpt::At(ms) => {
+            // Redis deletes a key whose absolute time is not after the current millisecond.
+            if i64::try_from(ms).is_ok_and(|ms| ms <= ms_of(now)) {
+                live.remove();
+            } else {
+                live.set_expiry(ms.saturating_mul(NS_PER_MS));
+            }
+        }
+    }
+    value
+}
+
+/// INCRBYFLOAT: the sum in Redis's `long double` arithmetic (see `cmd::float`), stored as the
+/// string Redis would store; the key keeps its TTL.
+fn incr_by_float(store: &mut Store, key: &[u8], incr: &[u8], now: u64) -> Reply {
+    // None: an infinite operand, which can only make the sum infinite or NaN.
+    let read = |s: &[u8]| match float::parse(s) {
+        Some(float::Parsed::Finite(v)) => Ok(Some(v)),
+        Some(float::Parsed::Infinite) => Ok(None),
+        None => Err(Reply::err(NOT_FLOAT)),
+    };
+    let slot = store.slot(key, now);
+    let current = match &slot {
+        Slot::Live(live) => match live.get().value {
+            Value::Int(v) => Ok(Some(float::LongDouble::from_i64(v))),
+            Value::Str(s) => read(s),
+            Value::Bucket(_) => return Reply::err(WRONGTYPE),
+        },
+        Slot::Empty(_) => Ok(Some(float::LongDouble::from_i64(0))),
+    };
+    let (current, incr) = match (current, read(incr)) {
+        (Ok(c), Ok(i)) => (c, i),
+        (Err(e), _) | (_, Err(e)) => return e,
+    };
+    let Some(sum) = current.zip(incr).and_then(|(c, i)| float::add(c, i)) else {
+        return Reply::err(NAN_OR_INF);
+    };
+    let text = float::format(sum);
+    let stored = string_value(text.as_bytes());
+    match slot {
+        Slot::Live(mut live) => {
+            let exp = live.get().expires_at;
+            live.set(stored, exp);
+        }
+        Slot::Empty(empty) => {
+            if empty.insert(stored, 0).is_err() {
+                return Reply::err(OOM);
+            }
+        }
+    }
+    Reply::Bulk(Bytes::from(text))
+}
+
+/// MGET: nil for a missing key and for a bucket (Redis answers nil for any non-string), and an
+/// error rather than a reply whose values pass `MAX_REPLY_BYTES`.
+fn mget(store: &Store, keys: &[Bytes], now: u64) -> Reply {
+    let mut total = 0usize;
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        let r = match store.get(key, now).map(|e| string_reply(e.value)) {
+            Some(Some(r)) => r,
+            _ => Reply::Nil,
+        };
+        if let Reply::Bulk(b) = &r {
+            total += b.len();
+            if total > MAX_REPLY_BYTES {
+                return Reply::err(TOO_LARGE);
+            }
+        }
+        out.push(r);
+    }
+    Reply::Array(out)
+}
+
+/// MSET on one shard: every key or none. A key the store has no room for undoes the keys
+/// already set, newest first, and answers OOM.
+fn mset(store: &mut Store, keys: &[Bytes], values: &[Bytes], now: u64) -> Reply {
+    // What each key held before (None: absent) and its expiry, in the order they were set.
+    type Before = Option<(OwnedValue, u64)>;
+    let mut undo: Vec<(&[u8], Before)> = Vec::with_capacity(keys.len());
+    for (key, value) in keys.iter().zip(values) {
+        let stored = string_value(value);
+        match store.slot(key, now) {
+            Slot::Live(mut live) => {
+                let e = live.get();
+                let before = match e.value {
+                    Value::Bucket(b) => OwnedValue::Bucket(b),
+                    Value::Int(i) => OwnedValue::Int(i),
+                    Value::Str(s) => OwnedValue::Str(s.to_vec()),
+                };
+                undo.push((key, Some((before, e.expires_at))));
+                live.set(stored, 0);
+            }
+            Slot::Empty(empty) => {
+                if empty.insert(stored, 0).is_err() {
+                    for (key, before) in undo.into_iter().rev() {
+                        match (store.slot(key, now), before) {
+                            (Slot::Live(live), None) => live.remove(),
+                            (Slot::Live(mut live), Some((v, exp))) => {
+                                let v = match &v {
+                                    OwnedValue::Bucket(b) => Value::Bucket(*b),
+                                    OwnedValue::Int(i) => Value::Int(*i),
+                                    OwnedValue::Str(s) => Value::Str(s),
+                                };
+                                live.set(v, exp);
+                            }
+                            // Every key set above is live: nothing set it to expire.
+                            (Slot::Empty(_), _) => {}
+                        }
+                    }
+                    return Reply::err(OOM);
+                }
+                undo.push((key, None));
+            }
+        }
+    }
+    Reply::Ok
+}
+
 fn expire(
     store: &mut Store,
     key: &[u8],
@@ -465,6 +822,7 @@ fn expire(
     if target <= i128::from(now) {
         live.remove();
     } else {
+        // Past 2554 bucketd's u64 nanosecond clock ends: such an expiry is clamped to that end.
         live.set_expiry(u64::try_from(target).unwrap_or(u64::MAX));
     }
     Reply::Int(1)
@@ -507,18 +865,25 @@ fn throttle(
         Ok(_) => None,
         Err(e) => return e,
     };
-    let out = match cell::throttle(tat, args, now) {
-        Ok(out) => out,
-        Err(e) => return Reply::Error(Cow::Owned(format!("ERR {e}"))),
-    };
-    if let Some(new_tat) = out.new_tat
-        && new_tat > now
-        && let Err(e) = store_state(slot, State::Gcra { tat: new_tat }, new_tat)
-    {
-        return e;
+    let out = cell::throttle(tat, args, now);
+    match (out.write, slot) {
+        (CellWrite::Keep, _) | (CellWrite::Remove, Slot::Empty(_)) => {}
+        // Only a tat is dropped; another algorithm's state on the key stays.
+        (CellWrite::Remove, Slot::Live(live)) if tat.is_some() => live.remove(),
+        (CellWrite::Remove, Slot::Live(_)) => {}
+        (CellWrite::Store { tat, expires_at }, slot) => {
+            if let Err(e) = store_state(slot, State::Gcra { tat }, expires_at) {
+                return e;
+            }
+        }
     }
-    stats.denied += u64::from(out.reply[0] == 1);
-    Reply::Limit(out.reply)
+    match out.reply {
+        Ok(reply) => {
+            stats.denied += u64::from(reply[0] == 1);
+            Reply::Limit(reply)
+        }
+        Err(e) => Reply::Error(Cow::Owned(e.to_string())),
+    }
 }
 
 fn check_one(

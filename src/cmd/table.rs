@@ -295,6 +295,127 @@ pub static COMMANDS: &[CommandSpec] = &[
         "Decrements the integer value of a key by a number."
     ),
     spec!(
+        "setex",
+        4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@slow"],
+        "string",
+        "Sets the string value and time to live in seconds of a key."
+    ),
+    spec!(
+        "psetex",
+        4,
+        ["write", "denyoom"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@slow"],
+        "string",
+        "Sets the string value and time to live in milliseconds of a key."
+    ),
+    spec!(
+        "setnx",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@fast"],
+        "string",
+        "Sets the string value of a key only if the key does not exist."
+    ),
+    spec!(
+        "getset",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@fast"],
+        "string",
+        "Sets the string value of a key and returns its old value."
+    ),
+    spec!(
+        "getex",
+        -2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@fast"],
+        "string",
+        "Returns the string value of a key and optionally sets its expiry: EX, PX, EXAT, PXAT, PERSIST."
+    ),
+    spec!(
+        "getdel",
+        2,
+        ["write", "fast"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@fast"],
+        "string",
+        "Returns the string value of a key and deletes the key."
+    ),
+    spec!(
+        "incrbyfloat",
+        3,
+        ["write", "denyoom", "fast"],
+        1,
+        1,
+        1,
+        ["@write", "@string", "@fast"],
+        "string",
+        "Increments the float value of a key by a number."
+    ),
+    spec!(
+        "mget",
+        -2,
+        ["readonly", "fast"],
+        1,
+        -1,
+        1,
+        ["@read", "@string", "@fast"],
+        "string",
+        "Returns the string values of several keys."
+    ),
+    spec!(
+        "mset",
+        -3,
+        ["write", "denyoom"],
+        1,
+        -1,
+        2,
+        ["@write", "@string", "@slow"],
+        "string",
+        "Sets several keys to their values."
+    ),
+    spec!(
+        "expiretime",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        ["@keyspace", "@read", "@fast"],
+        "generic",
+        "Returns a key's expiry as a unix time in seconds."
+    ),
+    spec!(
+        "pexpiretime",
+        2,
+        ["readonly", "fast"],
+        1,
+        1,
+        1,
+        ["@keyspace", "@read", "@fast"],
+        "generic",
+        "Returns a key's expiry as a unix time in milliseconds."
+    ),
+    spec!(
         "expire",
         -3,
         ["write", "fast"],
@@ -417,7 +538,8 @@ pub static COMMANDS: &[CommandSpec] = &[
     ),
     spec!(
         "cl.throttle",
-        -5,
+        // As redis-cell registers it: the module checks its argument count itself.
+        -1,
         ["write", "denyoom", "fast"],
         1,
         1,

@@ -1,13 +1,47 @@
-//! redis-cell's `CL.THROTTLE key max_burst count period [quantity]`: argument checks, its GCRA step
-//! in nanoseconds, and the five-integer reply `[limited, limit, remaining, retry_after, reset_after]`.
+//! redis-cell's `CL.THROTTLE key max_burst count period [quantity]`: its argument rules, its GCRA
+//! step in nanoseconds, and the five-integer reply `[limited, limit, remaining, retry_after,
+//! reset_after]`, reproduced down to its arithmetic.
 //!
-//! This is kept apart from [`crate::limiter::gcra`] because redis-cell's inputs are signed and
-//! unbounded (`period * 1e9` alone can exceed 64 bits), and its reply has its own rounding rules.
+//! redis-cell (0.5, built in release mode as it is shipped) accepts every integer and computes
+//! with wrapping 64-bit arithmetic, a floating-point emission interval, and the `time` crate's
+//! signed durations. Its users see those results, odd ones included, so this kernel repeats them
+//! exactly rather than refusing what redis-cell answers:
+//!
+//! - emission interval `T = trunc(f64(period * 1e9) / f64(count))` ns, saturating; `T == 0`
+//!   (a zero count or period, or more than one request per nanosecond) is redis-cell's
+//!   "Zero rates are not supported";
+//! - limit `L = max_burst + 1`, tolerance `tau = T * L`, increment `I = T * quantity`, all
+//!   wrapping i64: a negative `max_burst` is a limit of `max_burst + 1` (0 for -1), negative
+//!   counts, periods and quantities give negative intervals and increments;
+//! - `remaining = trunc(f64(us(tau - ttl)) / f64(us(T)))` when `tau - ttl > -T`, else 0, with
+//!   whole microseconds (`us`) truncated toward zero, so an interval under 1 us divides by zero
+//!   (an infinite quotient saturates to `i64::MAX`, NaN is 0);
+//! - seconds in the reply are the duration truncated toward zero, plus one when its fraction
+//!   holds at least one whole millisecond (a fraction under 1 ms is dropped);
+//! - the key is written on every allowed request with a TTL of `ttl` whole milliseconds: a TTL
+//!   of exactly -1 ms stores the key without expiry, one below that is redis-cell's
+//!   "Error while setting key expire" *after* the key was written (without expiry), and a tat
+//!   past 2^64 ns or before 1970 is stored wrapped modulo 2^64, as redis-cell does.
+//!
+//! Where bucketd differs, and why:
+//! - redis-cell crashes Redis on an argument that is not UTF-8 and on a key holding anything
+//!   but a decimal u64; bucketd answers the parse error and `WRONGTYPE` instead (see
+//!   `cmd::keyed`).
+//! - Redis expires the key on its own millisecond clock; bucketd expires it at the tat itself
+//!   (to the nanosecond), so the key may disappear up to 1 ms earlier or later than in Redis.
+//!   A TTL within the current millisecond (0 ms) is a key Redis drops before the next
+//!   millisecond; bucketd drops it at once.
+//! - An expiry past 2554 (the end of bucketd's u64 nanosecond clock) is clamped to that end.
+//!
+//! `CellArgs` travels inside `KeyCmd` in the Raft log: its fields and their order are an on-disk
+//! format.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-const NS_PER_S: u128 = 1_000_000_000;
+const NS_PER_S: i128 = 1_000_000_000;
+const NS_PER_MS: i128 = 1_000_000;
+const NS_PER_US: i128 = 1_000;
 
 /// The numeric arguments of CL.THROTTLE, as parsed from the wire (quantity defaults to 1 there).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,105 +52,168 @@ pub struct CellArgs {
     pub quantity: i64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// redis-cell's refusals. `Display` gives the whole error line redis-cell sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CellError {
-    NegativeMaxBurst,
-    NonPositiveCount,
-    NonPositivePeriod,
-    NegativeQuantity,
-    /// More than one request per nanosecond: the emission interval would be 0.
-    RateTooHigh,
+    /// Not 4 or 5 arguments after the command name.
+    Usage,
+    /// An argument that Rust's `i64` parser refuses (the argument as redis-cell echoes it).
+    NotInteger(String),
+    /// The emission interval is 0 ns.
+    ZeroRate,
+    /// The TTL to set was below -1 ms (a negative increment); the key was written regardless.
+    SetExpire,
 }
 
 impl fmt::Display for CellError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = match self {
-            CellError::NegativeMaxBurst => "invalid max_burst: must not be negative",
-            CellError::NonPositiveCount => "invalid count: must be greater than zero",
-            CellError::NonPositivePeriod => "invalid period: must be greater than zero",
-            CellError::NegativeQuantity => "invalid quantity: must not be negative",
-            CellError::RateTooHigh => "invalid rate: count per period exceeds one per nanosecond",
-        };
-        f.write_str(text)
+        f.write_str("Cell error: Store error: ")?;
+        match self {
+            CellError::Usage => f.write_str(
+                "Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]",
+            ),
+            CellError::NotInteger(arg) => write!(f, "Couldn't parse as integer: {arg}"),
+            CellError::ZeroRate => f.write_str("Zero rates are not supported"),
+            CellError::SetExpire => f.write_str("Error while setting key expire"),
+        }
     }
 }
 
 impl std::error::Error for CellError {}
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CellOutcome {
-    /// `[limited (0/1), limit, remaining, retry_after_s (-1 if none), reset_after_s]`.
-    pub reply: [i64; 5],
-    /// The tat to store, expiring at that same instant. None: leave the stored value as it is
-    /// (the request was limited, or quantity 0 changed nothing).
-    pub new_tat: Option<u64>,
-}
-
-fn clamp_u64(x: u128) -> u64 {
-    u64::try_from(x).unwrap_or(u64::MAX)
-}
-
-fn clamp_i64(x: u128) -> i64 {
-    i64::try_from(x).unwrap_or(i64::MAX)
-}
-
-/// Whole seconds, rounded up so a client never retries before it may succeed.
-fn seconds(ns: u128) -> i64 {
-    clamp_i64(ns.div_ceil(NS_PER_S))
-}
-
-/// Applies CL.THROTTLE at `now` to the stored tat (None for a missing key).
-pub fn throttle(tat: Option<u64>, args: &CellArgs, now: u64) -> Result<CellOutcome, CellError> {
-    let max_burst = u128::try_from(args.max_burst).map_err(|_| CellError::NegativeMaxBurst)?;
-    let count = u128::try_from(args.count)
+/// Parses one numeric argument as redis-cell does (Rust's `i64` parser: an optional `+` or `-`,
+/// then ASCII digits, leading zeros allowed).
+pub fn parse_arg(arg: &[u8]) -> Result<i64, CellError> {
+    std::str::from_utf8(arg)
         .ok()
-        .filter(|&c| c > 0)
-        .ok_or(CellError::NonPositiveCount)?;
-    let period = u128::try_from(args.period_s)
-        .ok()
-        .filter(|&p| p > 0)
-        .ok_or(CellError::NonPositivePeriod)?;
-    let quantity = u128::try_from(args.quantity).map_err(|_| CellError::NegativeQuantity)?;
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| {
+            // The module hands its message to Redis as a C string (cut at the first NUL), and
+            // Redis trims line breaks at its end.
+            let text = String::from_utf8_lossy(arg);
+            let text = text.split('\0').next().unwrap_or("");
+            CellError::NotInteger(text.trim_end_matches(['\r', '\n']).to_string())
+        })
+}
 
-    // period < 2^63, so period * 1e9 < 2^93: exact in u128.
-    let interval = period.saturating_mul(NS_PER_S) / count;
-    if interval == 0 {
-        return Err(CellError::RateTooHigh);
+/// The emission interval in ns, computed as redis-cell does: through `f64`, truncated and
+/// saturated to `i64`. 0 means redis-cell refuses the rate.
+pub fn emission_interval(count: i64, period_s: i64) -> i64 {
+    if count == 0 || period_s == 0 {
+        return 0;
     }
-    let limit = max_burst + 1;
-    let tau = interval.saturating_mul(limit);
-    let increment = interval.saturating_mul(quantity);
+    let period_ns = i128::from(period_s) * NS_PER_S;
+    (period_ns as f64 / count as f64) as i64
+}
 
-    let now_w = u128::from(now);
-    // A tat in the past is a full bucket (redis would have expired the key by then).
-    let start = tat.map_or(now_w, |t| u128::from(t).max(now_w));
-    let new_tat = start.saturating_add(increment);
-    let new_ttl = new_tat - now_w;
+/// Checks what redis-cell checks before it touches the key.
+pub fn validate(args: &CellArgs) -> Result<(), CellError> {
+    if emission_interval(args.count, args.period_s) == 0 {
+        return Err(CellError::ZeroRate);
+    }
+    Ok(())
+}
 
-    // Allowed iff now >= new_tat - tau, i.e. the new debt fits within the tolerance.
-    let (limited, ttl, retry_after, new_tat) = if new_ttl > tau {
-        // An increment above the whole tolerance never fits, so there is no point retrying.
-        let retry = if increment <= tau {
-            seconds(new_ttl - tau)
-        } else {
-            -1
+/// What the command leaves in the keyspace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CellWrite {
+    /// Leave the key as it is (limited requests write nothing).
+    Keep,
+    /// Drop the key: redis-cell stored a tat that is already past, expiring within the current
+    /// millisecond, which reads exactly as a missing key.
+    Remove,
+    /// Store `tat`, expiring at `expires_at` (ns since the epoch; 0 = never).
+    Store { tat: u64, expires_at: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CellOutcome {
+    /// `[limited (0/1), limit, remaining, retry_after_s (-1 if none), reset_after_s]`, or the
+    /// error redis-cell answers.
+    pub reply: Result<[i64; 5], CellError>,
+    /// Applied whatever `reply` is: redis-cell writes the key before it fails to set a TTL.
+    pub write: CellWrite,
+}
+
+/// A duration in seconds as redis-cell replies it: `as_seconds_f64() as i64`, plus one when the
+/// sub-second part holds a positive whole millisecond.
+fn reply_seconds(ns: i128) -> i64 {
+    let secs = ns / NS_PER_S;
+    let nanos = ns % NS_PER_S;
+    let mut out = (secs as f64 + nanos as f64 / NS_PER_S as f64) as i64;
+    if nanos / NS_PER_MS > 0 {
+        out = out.wrapping_add(1);
+    }
+    out
+}
+
+/// Applies CL.THROTTLE at `now` (ns) to the stored tat (None for a missing key).
+pub fn throttle(tat: Option<u64>, args: &CellArgs, now: u64) -> CellOutcome {
+    let interval = emission_interval(args.count, args.period_s);
+    if interval == 0 {
+        return CellOutcome {
+            reply: Err(CellError::ZeroRate),
+            write: CellWrite::Keep,
         };
-        (1, start - now_w, retry, None)
+    }
+    let limit = args.max_burst.wrapping_add(1);
+    // Wrapping, as redis-cell's release build multiplies.
+    let tau = i128::from(interval.wrapping_mul(limit));
+    let increment = i128::from(interval.wrapping_mul(args.quantity));
+    let t = i128::from(interval);
+
+    // Every quantity below stays far inside i128: times are u64 ns, durations i64 ns.
+    let now_w = i128::from(now);
+    let tat_w = tat.map_or(now_w, i128::from);
+    let new_tat = if now_w > tat_w { now_w } else { tat_w } + increment;
+    let diff = now_w - (new_tat - tau);
+
+    let (limited, ttl, retry_after, write) = if diff < 0 {
+        let retry = if increment <= tau { -diff } else { -NS_PER_S };
+        (1, tat_w - now_w, retry, CellWrite::Keep)
     } else {
-        let stored = (increment > 0).then(|| clamp_u64(new_tat));
-        (0, new_ttl, -1, stored)
+        let ttl = new_tat - now_w;
+        // The stored value is the tat's nanoseconds since the epoch modulo 2^64.
+        let stored = new_tat as u64;
+        let ttl_ms = ttl / NS_PER_MS;
+        let write = if ttl_ms < 0 {
+            CellWrite::Store {
+                tat: stored,
+                expires_at: 0,
+            }
+        } else if ttl <= 0 {
+            CellWrite::Remove
+        } else {
+            CellWrite::Store {
+                tat: stored,
+                expires_at: u64::try_from(new_tat).unwrap_or(u64::MAX),
+            }
+        };
+        if ttl_ms < -1 {
+            return CellOutcome {
+                reply: Err(CellError::SetExpire),
+                write,
+            };
+        }
+        (0, ttl, -NS_PER_S, write)
     };
-    let remaining = tau.saturating_sub(ttl) / interval;
-    Ok(CellOutcome {
-        reply: [
+
+    let next = tau - ttl;
+    let remaining = if next > -t {
+        ((next / NS_PER_US) as f64 / (t / NS_PER_US) as f64) as i64
+    } else {
+        0
+    };
+    CellOutcome {
+        reply: Ok([
             limited,
-            clamp_i64(limit),
-            clamp_i64(remaining),
-            retry_after,
-            seconds(ttl),
-        ],
-        new_tat,
-    })
+            limit,
+            remaining,
+            reply_seconds(retry_after),
+            reply_seconds(ttl),
+        ]),
+        write,
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +223,7 @@ mod tests {
     use proptest::prelude::*;
 
     const SEC: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
     const NOW: u64 = 1_700_000_000 * SEC;
 
     fn args(max_burst: i64, count: i64, period_s: i64, quantity: i64) -> CellArgs {
@@ -137,21 +235,143 @@ mod tests {
         }
     }
 
+    fn reply(tat: Option<u64>, a: CellArgs, now: u64) -> [i64; 5] {
+        throttle(tat, &a, now).reply.unwrap()
+    }
+
+    fn stored(out: &CellOutcome) -> Option<u64> {
+        match out.write {
+            CellWrite::Store { tat, .. } => Some(tat),
+            _ => None,
+        }
+    }
+
     #[test]
     fn known_vectors() {
-        let out = throttle(None, &args(15, 30, 60, 1), NOW).unwrap();
-        assert_eq!(out.reply, [0, 16, 15, -1, 2]);
-        assert_eq!(out.new_tat, Some(NOW + 2 * SEC));
+        let out = throttle(None, &args(15, 30, 60, 1), NOW);
+        assert_eq!(out.reply, Ok([0, 16, 15, -1, 2]));
+        assert_eq!(
+            out.write,
+            CellWrite::Store {
+                tat: NOW + 2 * SEC,
+                expires_at: NOW + 2 * SEC
+            }
+        );
 
-        let first = throttle(None, &args(0, 1, 2, 1), NOW).unwrap();
-        assert_eq!(first.reply, [0, 1, 0, -1, 2]);
-        let second = throttle(first.new_tat, &args(0, 1, 2, 1), NOW).unwrap();
-        assert_eq!(second.reply, [1, 1, 0, 2, 2]);
-        assert_eq!(second.new_tat, None);
+        let first = throttle(None, &args(0, 1, 2, 1), NOW);
+        assert_eq!(first.reply, Ok([0, 1, 0, -1, 2]));
+        let second = throttle(stored(&first), &args(0, 1, 2, 1), NOW);
+        assert_eq!(second.reply, Ok([1, 1, 0, 2, 2]));
+        assert_eq!(second.write, CellWrite::Keep);
 
-        let peek = throttle(None, &args(15, 30, 60, 0), NOW).unwrap();
-        assert_eq!(peek.reply, [0, 16, 16, -1, 0]);
-        assert_eq!(peek.new_tat, None);
+        let peek = throttle(None, &args(15, 30, 60, 0), NOW);
+        assert_eq!(peek.reply, Ok([0, 16, 16, -1, 0]));
+        assert_eq!(peek.write, CellWrite::Remove);
+    }
+
+    /// Replies of the redis-cell 0.5 module loaded into Redis 7.0, each on a fresh key.
+    #[test]
+    fn odd_arguments_answer_as_redis_cell_does() {
+        let cases: [(CellArgs, [i64; 5]); 8] = [
+            (args(-1, 30, 60, 1), [1, 0, 0, -1, 0]),
+            (args(-5, 30, 60, 1), [1, -4, 0, -1, 0]),
+            (args(1, -1, 60, 1), [1, 2, 0, -1, 0]),
+            (args(1, 1, -60, 1), [1, 2, 0, -1, 0]),
+            (args(1, 1000, 1, -1), [0, 2, 3, -1, 0]),
+            (args(i64::MAX, 1, 1, 1), [1, i64::MIN, 0, -1, 0]),
+            (args(1, i64::MAX, i64::MAX, 1), [0, 2, 1, -1, 1]),
+            (args(1, 1, i64::MAX, 1), [1, 2, 0, -1, 0]),
+        ];
+        for (a, want) in cases {
+            assert_eq!(reply(None, a, NOW), want, "{a:?}");
+        }
+    }
+
+    #[test]
+    fn zero_rates_and_bad_integers_are_redis_cells_errors() {
+        for a in [
+            args(1, 0, 60, 1),
+            args(1, 1, 0, 1),
+            args(1, 2_000_000_000, 1, 1),
+        ] {
+            assert_eq!(validate(&a), Err(CellError::ZeroRate));
+            assert_eq!(throttle(None, &a, NOW).reply, Err(CellError::ZeroRate));
+        }
+        assert_eq!(
+            CellError::ZeroRate.to_string(),
+            "Cell error: Store error: Zero rates are not supported"
+        );
+        assert_eq!(parse_arg(b"+1"), Ok(1));
+        assert_eq!(parse_arg(b"007"), Ok(7));
+        assert_eq!(parse_arg(b"-0"), Ok(0));
+        assert_eq!(
+            parse_arg(b"1.5").unwrap_err().to_string(),
+            "Cell error: Store error: Couldn't parse as integer: 1.5"
+        );
+        assert_eq!(
+            parse_arg(b" 1"),
+            Err(CellError::NotInteger(" 1".to_string()))
+        );
+        assert_eq!(
+            parse_arg(b"9223372036854775808"),
+            Err(CellError::NotInteger("9223372036854775808".to_string()))
+        );
+        assert_eq!(parse_arg(b"x\0y"), Err(CellError::NotInteger("x".into())));
+    }
+
+    #[test]
+    fn negative_quantities_write_past_tats() {
+        // A 1 ms increment taken back: the key stays, without expiry, in the past.
+        let out = throttle(None, &args(1, 1000, 1, -1), NOW);
+        assert_eq!(out.reply, Ok([0, 2, 3, -1, 0]));
+        assert_eq!(
+            out.write,
+            CellWrite::Store {
+                tat: NOW - MS,
+                expires_at: 0
+            }
+        );
+        // A later limited request reads that past tat as it is.
+        let later = throttle(Some(NOW - MS), &args(1, 1000, 1, 5), NOW + 5 * SEC);
+        assert_eq!(later.reply, Ok([1, 2, 5003, -1, -5]));
+        // Taking back more than a millisecond fails after writing the key.
+        let out = throttle(None, &args(1, 1, 60, -1), NOW);
+        assert_eq!(out.reply, Err(CellError::SetExpire));
+        assert_eq!(
+            out.write,
+            CellWrite::Store {
+                tat: NOW - 60 * SEC,
+                expires_at: 0
+            }
+        );
+        // Within the current millisecond: as good as missing.
+        let out = throttle(None, &args(1, 2000, 1, -1), NOW);
+        assert_eq!(out.write, CellWrite::Remove);
+    }
+
+    #[test]
+    fn tats_wrap_modulo_two_to_the_64() {
+        // An increment that takes the tat before 1970 is stored wrapped, far in the future.
+        let a = args(0, 1, 9_000_000_000, -1);
+        let out = throttle(None, &a, NOW);
+        assert_eq!(out.reply, Err(CellError::SetExpire));
+        let CellWrite::Store { tat, expires_at } = out.write else {
+            panic!("the key is written: {:?}", out.write);
+        };
+        assert_eq!(expires_at, 0);
+        let interval = emission_interval(1, 9_000_000_000);
+        assert_eq!(tat, NOW.wrapping_sub(interval as u64));
+        assert!(tat > NOW);
+    }
+
+    #[test]
+    fn seconds_round_up_from_one_millisecond() {
+        assert_eq!(reply_seconds(i128::from(SEC)), 1);
+        assert_eq!(reply_seconds(i128::from(SEC + MS - 1)), 1);
+        assert_eq!(reply_seconds(i128::from(SEC + MS)), 2);
+        assert_eq!(reply_seconds(-i128::from(SEC)), -1);
+        assert_eq!(reply_seconds(-i128::from(MS + 5)), 0);
+        assert_eq!(reply_seconds(0), 0);
     }
 
     #[test]
@@ -159,66 +379,54 @@ mod tests {
         let a = args(15, 30, 60, 1);
         let mut tat = None;
         for left in (0..16).rev() {
-            let out = throttle(tat, &a, NOW).unwrap();
-            assert_eq!(out.reply[..3], [0, 16, left]);
-            tat = out.new_tat;
+            let out = throttle(tat, &a, NOW);
+            assert_eq!(out.reply.clone().unwrap()[..3], [0, 16, left]);
+            tat = stored(&out);
         }
-        let out = throttle(tat, &a, NOW).unwrap();
-        assert_eq!(out.reply, [1, 16, 0, 2, 32]);
-        let later = throttle(tat, &a, NOW + 2 * SEC).unwrap();
-        assert_eq!(later.reply, [0, 16, 0, -1, 32]);
-        let again = throttle(later.new_tat, &a, NOW + 2 * SEC).unwrap();
-        assert_eq!(again.reply[0], 1);
+        assert_eq!(reply(tat, a, NOW), [1, 16, 0, 2, 32]);
+        let later = throttle(tat, &a, NOW + 2 * SEC);
+        assert_eq!(later.reply, Ok([0, 16, 0, -1, 32]));
+        assert_eq!(reply(stored(&later), a, NOW + 2 * SEC)[0], 1);
     }
 
     #[test]
     fn fractions_round_up() {
         // 3 per second: an interval of 333_333_333ns reads as 1s.
-        let out = throttle(None, &args(0, 3, 1, 1), NOW).unwrap();
-        assert_eq!(out.reply, [0, 1, 0, -1, 1]);
-        let out = throttle(out.new_tat, &args(0, 3, 1, 1), NOW + 1).unwrap();
-        assert_eq!(out.reply, [1, 1, 0, 1, 1]);
+        let out = throttle(None, &args(0, 3, 1, 1), NOW);
+        assert_eq!(out.reply, Ok([0, 1, 0, -1, 1]));
+        assert_eq!(
+            reply(stored(&out), args(0, 3, 1, 1), NOW + 1),
+            [1, 1, 0, 1, 1]
+        );
     }
 
     #[test]
     fn quantity_above_limit_never_fits() {
-        let out = throttle(None, &args(4, 1, 1, 6), NOW).unwrap();
-        assert_eq!(out.reply, [1, 5, 5, -1, 0]);
-        assert_eq!(out.new_tat, None);
+        let out = throttle(None, &args(4, 1, 1, 6), NOW);
+        assert_eq!(out.reply, Ok([1, 5, 5, -1, 0]));
+        assert_eq!(out.write, CellWrite::Keep);
         // Exactly the whole capacity does fit.
-        let out = throttle(None, &args(4, 1, 1, 5), NOW).unwrap();
-        assert_eq!(out.reply, [0, 5, 0, -1, 5]);
+        assert_eq!(reply(None, args(4, 1, 1, 5), NOW), [0, 5, 0, -1, 5]);
     }
 
     #[test]
-    fn rejects_bad_arguments() {
-        let cases = [
-            (args(-1, 1, 1, 1), CellError::NegativeMaxBurst),
-            (args(0, 0, 1, 1), CellError::NonPositiveCount),
-            (args(0, -5, 1, 1), CellError::NonPositiveCount),
-            (args(0, 1, 0, 1), CellError::NonPositivePeriod),
-            (args(0, 1, -1, 1), CellError::NonPositivePeriod),
-            (args(0, 1, 1, -1), CellError::NegativeQuantity),
-            (args(0, 2_000_000_000, 1, 1), CellError::RateTooHigh),
-        ];
-        for (a, err) in cases {
-            assert_eq!(throttle(None, &a, NOW), Err(err));
-        }
+    fn sub_microsecond_intervals_divide_by_zero_as_redis_cell_does() {
+        // 2_000_000 per second: 500 ns, 0 whole microseconds.
         assert_eq!(
-            CellError::NonPositiveCount.to_string(),
-            "invalid count: must be greater than zero"
+            reply(None, args(5, 2_000_000, 1, 1), NOW),
+            [0, 6, i64::MAX, -1, 0]
         );
     }
 
     #[test]
     fn extreme_arguments_do_not_panic() {
-        let values = [0, 1, i64::MAX];
+        let values = [i64::MIN, -1, 0, 1, i64::MAX];
         for &b in &values {
-            for &c in &values[1..] {
-                for &p in &values[1..] {
+            for &c in &values {
+                for &p in &values {
                     for &q in &values {
-                        for tat in [None, Some(0), Some(u64::MAX)] {
-                            for now in [0, u64::MAX] {
+                        for tat in [None, Some(0), Some(NOW), Some(u64::MAX)] {
+                            for now in [0, NOW, u64::MAX] {
                                 let _ = throttle(tat, &args(b, c, p, q), now);
                             }
                         }
@@ -226,9 +434,6 @@ mod tests {
                 }
             }
         }
-        let out = throttle(None, &args(i64::MAX, 1, i64::MAX, 1), NOW).unwrap();
-        assert_eq!(out.reply[0], 0);
-        assert_eq!(out.reply[1], i64::MAX);
     }
 
     fn case() -> impl Strategy<Value = (i64, i64, i64, Vec<(u64, i64)>)> {
@@ -246,14 +451,16 @@ mod tests {
         })
     }
 
-    fn ceil_seconds(ns: u64) -> i64 {
-        i64::try_from(ns.div_ceil(SEC)).unwrap()
+    /// redis-cell's rounding: whole seconds, plus one for a fraction of at least 1 ms.
+    fn cell_seconds(ns: u64) -> i64 {
+        i64::try_from(ns / SEC + u64::from(ns % SEC >= MS)).unwrap()
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
 
-        /// max_burst B, count C, period P behaves like GCRA with limit C per P and burst B + 1.
+        /// On ordinary arguments, max_burst B, count C, period P admits and refuses exactly as
+        /// GCRA with limit C per P and burst B + 1, and stores the same tat.
         #[test]
         fn agrees_with_gcra((b, c, p, events) in case()) {
             let rule = Rule::new(
@@ -267,24 +474,29 @@ mod tests {
             let mut tat = None;
             for (advance, quantity) in events {
                 now += advance;
-                let cell = throttle(tat, &args(b, c, p, quantity), now).unwrap();
+                // The store drops a key at its tat.
+                tat = tat.filter(|&t| t > now);
+                let cell = throttle(tat, &args(b, c, p, quantity), now);
+                let got = cell.reply.clone().unwrap();
                 let state = tat.map(|tat| State::Gcra { tat });
                 let d = check(&rule, state, u64::try_from(quantity).unwrap(), now);
-                let expected = [
-                    i64::from(!d.decision.allowed),
-                    i64::try_from(d.decision.limit).unwrap(),
-                    i64::try_from(d.decision.remaining).unwrap(),
-                    d.decision.retry_after_ns.map_or(-1, ceil_seconds),
-                    ceil_seconds(d.decision.reset_after_ns),
-                ];
-                prop_assert_eq!(cell.reply, expected);
+                prop_assert_eq!(got[0], i64::from(!d.decision.allowed));
+                prop_assert_eq!(got[1], i64::try_from(d.decision.limit).unwrap());
+                prop_assert_eq!(got[3], d.decision.retry_after_ns.map_or(-1, cell_seconds));
+                prop_assert_eq!(got[4], cell_seconds(d.decision.reset_after_ns));
                 let gcra_tat = d.new_state.map(|s| match s {
                     State::Gcra { tat } => tat,
                     other => panic!("unexpected state {other:?}"),
                 });
-                prop_assert_eq!(cell.new_tat, gcra_tat);
-                if cell.new_tat.is_some() {
-                    tat = cell.new_tat;
+                match cell.write {
+                    // A peek rewrites the same tat; GCRA leaves it alone.
+                    CellWrite::Store { tat: t, .. } if quantity == 0 => prop_assert_eq!(tat, Some(t)),
+                    CellWrite::Store { tat: t, expires_at } => {
+                        prop_assert_eq!(Some(t), gcra_tat);
+                        prop_assert_eq!(expires_at, t);
+                        tat = Some(t);
+                    }
+                    CellWrite::Keep | CellWrite::Remove => prop_assert_eq!(None, gcra_tat),
                 }
             }
         }

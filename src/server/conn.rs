@@ -749,7 +749,13 @@ fn same_slot(txn: &mut Txn, slot: u16) -> bool {
 /// Whether a command's reply can carry a stored value (and so be as large as one).
 fn returns_stored_value(cmd: &KeyCmd) -> bool {
     match cmd {
-        KeyCmd::Get(_) | KeyCmd::Keys(_) | KeyCmd::Scan { .. } => true,
+        KeyCmd::Get(_)
+        | KeyCmd::Keys(_)
+        | KeyCmd::Scan { .. }
+        | KeyCmd::GetSet { .. }
+        | KeyCmd::GetEx { .. }
+        | KeyCmd::GetDel(_)
+        | KeyCmd::MGet(_) => true,
         KeyCmd::Set { get, .. } => *get,
         KeyCmd::IncrBy { .. }
         | KeyCmd::Expire { .. }
@@ -764,6 +770,12 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::Refund { .. }
         | KeyCmd::Lease { .. }
         | KeyCmd::DbSize
-        | KeyCmd::FlushAll => false,
+        | KeyCmd::FlushAll
+        | KeyCmd::ExpireChecked { .. }
+        | KeyCmd::SetEx { .. }
+        | KeyCmd::SetNx { .. }
+        | KeyCmd::ExpireTime { .. }
+        | KeyCmd::IncrByFloat { .. }
+        | KeyCmd::MSet { .. } => false,
     }
 }

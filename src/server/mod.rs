@@ -524,6 +524,66 @@ impl Conn {
         match m {
             MultiCmd::Del(keys) => self.sum_per_shard(keys, KeyCmd::Del).await,
             MultiCmd::Exists(keys) => self.sum_per_shard(keys, KeyCmd::Exists).await,
+            MultiCmd::MGet(keys) => {
+                // Each shard answers for its keys; the replies are put back in request order,
+                // and the whole is refused if it would pass the reply cap.
+                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
+                for (i, k) in keys.iter().enumerate() {
+                    groups[self.node.shard_of(k)].push(i);
+                }
+                let mut waits = Vec::new();
+                for (s, idx) in groups.iter().enumerate() {
+                    if !idx.is_empty() {
+                        let share = idx.iter().map(|&i| keys[i].clone()).collect();
+                        waits.push((s, self.dispatch(s, vec![KeyCmd::MGet(share)]).await?));
+                    }
+                }
+                let mut out = vec![Reply::Nil; keys.len()];
+                let mut total = 0usize;
+                for (s, p) in waits {
+                    match p.replies().await?.into_iter().next() {
+                        Some(Reply::Array(items)) => {
+                            for (&i, r) in groups[s].iter().zip(items) {
+                                if let Reply::Bulk(b) = &r {
+                                    total += b.len();
+                                }
+                                out[i] = r;
+                            }
+                        }
+                        Some(other) => return Ok(other),
+                        None => return Ok(Reply::err("ERR internal error: missing reply")),
+                    }
+                }
+                if total > crate::cmd::keyed::MAX_REPLY_BYTES {
+                    return Ok(Reply::err("ERR reply would exceed 64 MiB"));
+                }
+                Ok(Reply::Array(out))
+            }
+            MultiCmd::MSet { keys, values } => {
+                // Applied shard by shard: each shard sets its share atomically.
+                let mut shares: Vec<(Vec<Bytes>, Vec<Bytes>)> = vec![(Vec::new(), Vec::new()); n];
+                for (k, v) in keys.into_iter().zip(values) {
+                    let share = &mut shares[self.node.shard_of(&k)];
+                    share.0.push(k);
+                    share.1.push(v);
+                }
+                let mut waits = Vec::new();
+                for (s, (keys, values)) in shares.into_iter().enumerate() {
+                    if !keys.is_empty() {
+                        waits.push(
+                            self.dispatch(s, vec![KeyCmd::MSet { keys, values }])
+                                .await?,
+                        );
+                    }
+                }
+                let mut reply = Reply::Ok;
+                for p in waits {
+                    if let Some(e @ Reply::Error(_)) = p.replies().await?.into_iter().next() {
+                        reply = e;
+                    }
+                }
+                Ok(reply)
+            }
             MultiCmd::CheckAll {
                 keys,
                 rules,
