@@ -180,6 +180,10 @@ impl Conn {
 
     async fn serve_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
         loop {
+            // Like Redis's, `qbuf` counts the requests being run as well as what waits.
+            self.info
+                .qbuf
+                .store(self.rbuf.len() as u64, Ordering::Relaxed);
             let limits = self.node.request_limits();
             // Until the client has authenticated, one request at a time: AUTH changes which
             // limits the next request is parsed with.
@@ -198,9 +202,6 @@ impl Conn {
                 }
             }
             let more_buffered = reqs.len() == max_batch;
-            self.info
-                .qbuf
-                .store(self.rbuf.len() as u64, Ordering::Relaxed);
             if !reqs.is_empty() {
                 self.info
                     .last_active_ms
@@ -220,6 +221,9 @@ impl Conn {
                     Err(Stop::Io(e)) => return Err(e),
                 }
             }
+            self.info
+                .qbuf
+                .store(self.rbuf.len() as u64, Ordering::Relaxed);
             if let Some(e) = &proto_err {
                 self.node
                     .stats

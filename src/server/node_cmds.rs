@@ -401,7 +401,7 @@ fn client_line(c: &Conn, info: &super::ClientInfo, cmd: Option<&str>) -> String 
     let qbuf = info.qbuf.load(Ordering::Relaxed);
     let omem = info.omem.load(Ordering::Relaxed);
     format!(
-        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 watch=0 qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
         info.id,
         info.addr,
         info.laddr,
@@ -733,9 +733,25 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
                     Some((_, pattern)) => crate::glob::matches_nocase(pattern, cmd.name.as_bytes()),
                 })
                 .collect();
-            w.array(listed.len());
+            // Subcommands are listed as `container|sub`, as Redis lists them; they have no
+            // ACL categories or module of their own here.
+            let subs: Vec<&str> = SUBCOMMANDS
+                .iter()
+                .copied()
+                .filter(|full| match &filter {
+                    None => true,
+                    Some((kind, pattern)) if kind.as_slice() == b"PATTERN" => {
+                        crate::glob::matches_nocase(pattern, full.as_bytes())
+                    }
+                    Some(_) => false,
+                })
+                .collect();
+            w.array(listed.len() + subs.len());
             for cmd in listed {
                 w.bulk(cmd.name.as_bytes());
+            }
+            for full in subs {
+                w.bulk(full.as_bytes());
             }
         }
         "INFO" => {
