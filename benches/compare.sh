@@ -3,18 +3,37 @@
 #
 #   bash benches/compare.sh              # full run (about 5-10 minutes)
 #   QUICK=1 bash benches/compare.sh      # smoke run (under 2 minutes)
+#   bash benches/compare.sh cluster      # cluster mode (about 10 minutes; QUICK=1 works too)
 #
 # Starts its own redis-server and bucketd on free loopback ports, pins each server to the same
 # single core and redis-benchmark to the other, alternates the two servers run by run, and prints
 # medians. The report is also written to $OUT (default /tmp/bucketd-compare.md).
 #
+# Cluster mode (the argument `cluster`, see benches/cluster.sh) does the same for a Redis Cluster
+# of 3 primaries + 3 replicas and a 3-node bucketd cluster, all nine servers on the one server
+# core, with `redis-benchmark --cluster`, and also measures what each cluster burns while idle.
+# Its report goes to $OUT (default /tmp/bucketd-compare-cluster.md).
+#
 # Settings (environment): ROUNDS, N_P1, N_P16, CLIENTS, KEYSPACE, MEM_KEYS, RUN_TIMEOUT, OUT,
 # SERVER_CPU, CLIENT_CPU, and QUIET_PCT / QUIET_WAIT_S / QUIET_BUDGET_S (how long to wait for
-# other work on the machine to calm down before each run, per run and in total).
+# other work on the machine to calm down before each run, per run and in total); cluster mode
+# also IDLE_S (seconds of each idle-CPU measurement), UP_TIMEOUT (seconds each cluster may take
+# to come up), PAUSE_IDLE (1, the default: pause the bucketd nodes while Redis is measured) and
+# STABLE_S (seconds bucketd's slot map must hold still before its runs).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCHES="$ROOT/benches"
+
+MODE=${1:-standalone}
+case $MODE in
+standalone) DEFAULT_OUT=/tmp/bucketd-compare.md DEFAULT_RUN_TIMEOUT=120 ;;
+cluster) DEFAULT_OUT=/tmp/bucketd-compare-cluster.md DEFAULT_RUN_TIMEOUT=300 ;;
+*)
+    echo "usage: bash benches/compare.sh [standalone|cluster]" >&2
+    exit 2
+    ;;
+esac
 
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then
@@ -34,8 +53,8 @@ else
 fi
 CLIENTS=${CLIENTS:-50}
 KEYSPACE=${KEYSPACE:-1000000}
-RUN_TIMEOUT=${RUN_TIMEOUT:-120}
-OUT=${OUT:-/tmp/bucketd-compare.md}
+RUN_TIMEOUT=${RUN_TIMEOUT:-$DEFAULT_RUN_TIMEOUT}
+OUT=${OUT:-$DEFAULT_OUT}
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
 HOST=127.0.0.1
@@ -87,6 +106,9 @@ PIDS=()
 stop_pid() {
     local pid=$1 i
     kill -TERM "$pid" 2>/dev/null || return 0
+    # A process paused with SIGSTOP (cluster mode pauses idle nodes) acts on TERM only once
+    # it runs again.
+    kill -CONT "$pid" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
@@ -268,6 +290,12 @@ bench() {
 }
 
 requests_for() { if [[ $1 == 1 ]]; then echo "$N_P1"; else echo "$N_P16"; fi; }
+
+if [[ $MODE == cluster ]]; then
+    # shellcheck source=benches/cluster.sh
+    source "$BENCHES/cluster.sh"
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------------------------
 # 1. Throughput and latency, one core each

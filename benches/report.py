@@ -10,6 +10,13 @@ usage:
       server_core_busy_pct, client_core_busy_pct, started_busy (0/1).
       ROW is "title|a_id|b_id"; one table line per ROW and pipeline, comparing the medians of
       the runs of a_id (side A) and b_id (side B). The ratio is B / A.
+  report.py columns RUNS.tsv COL [COL ...]
+      COL is "title|id"; one table line per pipeline, with the median ops/s, p50 and p99 of
+      each COL's runs side by side.
+  report.py cpu-columns RUNS.tsv COL [COL ...]
+      the same layout, with the median server process CPU and server / client core busy %.
+  report.py ratio RUNS.tsv NUM_ID DEN_ID PIPELINE
+      prints the ratio of the median ops/s of NUM_ID's runs to DEN_ID's at that pipeline.
 """
 
 import csv
@@ -120,11 +127,53 @@ def pairs(path, a_name, b_name, rows):
             )
 
 
+def columns(path, cols, cpu_view):
+    runs = load_runs(path)
+    pipes = sorted({p for (_, p) in runs}, key=int)
+    parsed = [c.split("|") for c in cols]
+    if cpu_view:
+        fields = ["processes CPU", "server core busy", "client core busy"]
+    else:
+        fields = ["ops/s", "p50 ms", "p99 ms"]
+    head = ["pipeline"] + [f"{title} {f}" for title, _ in parsed for f in fields]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---:|" * len(head))
+    for p in pipes:
+        cells = [p]
+        for _, rid in parsed:
+            samples = runs.get((rid, p))
+            if not samples:
+                cells += ["n/a"] * 3
+                continue
+            if cpu_view:
+                for i in (3, 4, 5):
+                    m = median_of(samples, i)
+                    cells.append("n/a" if m is None else f"{m:.0f}%")
+            else:
+                p50, p99 = median_of(samples, 1), median_of(samples, 2)
+                cells.append(ops(samples))
+                cells.append("n/a" if p50 is None else f"{p50:.3f}")
+                cells.append("n/a" if p99 is None else f"{p99:.3f}")
+        print("| " + " | ".join(cells) + " |")
+
+
+def ratio(path, num_id, den_id, pipe):
+    runs = load_runs(path)
+    num, den = runs.get((num_id, pipe)), runs.get((den_id, pipe))
+    a = median_of(num, 0) if num else None
+    b = median_of(den, 0) if den else None
+    print(f"{a / b:.2f}x" if a and b else "n/a")
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "parse-csv":
         parse_csv()
     elif len(sys.argv) >= 6 and sys.argv[1] == "pairs":
         pairs(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
+    elif len(sys.argv) >= 4 and sys.argv[1] in ("columns", "cpu-columns"):
+        columns(sys.argv[2], sys.argv[3:], sys.argv[1] == "cpu-columns")
+    elif len(sys.argv) == 6 and sys.argv[1] == "ratio":
+        ratio(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
         sys.exit(__doc__)
 
