@@ -14,6 +14,7 @@ use crate::cluster::typ::{Applied, GroupId, NodeId, Proposal, TypeConfig};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::store::Record;
+use openraft::Instant as _;
 use openraft::error::ClientWriteError;
 use openraft::impls::BasicNode;
 use openraft::network::RaftNetworkFactory;
@@ -43,6 +44,9 @@ pub struct ClusterSettings {
     pub election_timeout_ms: (u64, u64),
     /// How long a write may wait for its group to commit before the client gets `-TRYAGAIN`.
     pub write_timeout: Duration,
+    /// Even out the leaderships over the nodes that are up (on unless something else moves
+    /// leaderships deliberately).
+    pub balance_leaders: bool,
 }
 
 impl ClusterSettings {
@@ -53,9 +57,15 @@ impl ClusterSettings {
             data_dir,
             forward: false,
             fsync: false,
-            heartbeat_ms: 100,
-            election_timeout_ms: (400, 700),
+            // A follower starts an election 300-500 ms after its leader went quiet, and a
+            // leader stops serving 300 ms after it last heard from a majority: failover takes
+            // about half a second, and a leader cut off from its majority stops claiming its
+            // groups before another can have been elected. Heartbeats every 50 ms give six
+            // chances before that, enough on a loaded machine.
+            heartbeat_ms: 50,
+            election_timeout_ms: (300, 500),
             write_timeout: Duration::from_millis(500),
+            balance_leaders: true,
         }
     }
 }
@@ -137,6 +147,16 @@ pub struct Cluster {
     pub spec: ClusterSpec,
     groups: Vec<Option<GroupRaft>>,
     leaders: Arc<Vec<AtomicU64>>,
+    /// Per group, while this node leads it: when a majority last acknowledged it, in ms since
+    /// `born` (0: not yet).
+    quorum_acked: Arc<Vec<AtomicU64>>,
+    born: tokio::time::Instant,
+    /// A leader serves only while a majority acknowledged it this recently.
+    lease: Duration,
+    /// A peer not heard from for this long counts as failed.
+    fail_after: Duration,
+    /// Whether this node evens out leaderships (it hands its surplus over).
+    balancing: std::sync::atomic::AtomicBool,
     net: Network,
     clock: Arc<dyn Clock>,
     forward: bool,
@@ -205,6 +225,12 @@ impl Cluster {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
         );
+        let quorum_acked: Arc<Vec<AtomicU64>> = Arc::new(
+            (0..settings.spec.groups)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        );
+        let born = tokio::time::Instant::now();
 
         let listener = {
             let addr = format!("{}:{}", bind_host(&my_spec.host), my_spec.peer_port);
@@ -243,7 +269,7 @@ impl Cluster {
         let fsync = settings.fsync;
         let net2 = net.clone();
         let leaders2 = leaders.clone();
-        let shutdown_rb = shutdown.clone();
+        let acked2 = quorum_acked.clone();
         let setup = handle.spawn(async move {
             let mut rafts: Vec<(GroupId, GroupRaft, Vec<NodeId>)> = Vec::new();
             for (g, placement, exec) in plans {
@@ -275,24 +301,31 @@ impl Cluster {
                 }
                 let mut metrics = raft.metrics();
                 let leaders = leaders2.clone();
+                let acked = acked2.clone();
                 let g = *g as usize;
                 tokio::spawn(async move {
                     loop {
-                        let leader = metrics.borrow_watched().current_leader.unwrap_or(0);
+                        let (leader, at) = {
+                            let m = metrics.borrow_watched();
+                            let at = match (&m.current_leader, &m.last_quorum_acked) {
+                                (Some(l), Some(t)) if *l == me => {
+                                    let since = born.elapsed().saturating_sub(t.elapsed());
+                                    u64::try_from(since.as_millis()).unwrap_or(u64::MAX).max(1)
+                                }
+                                _ => 0,
+                            };
+                            (m.current_leader.unwrap_or(0), at)
+                        };
+                        acked[g].store(at, Ordering::Relaxed);
                         leaders[g].store(leader, Ordering::Relaxed);
                         if metrics.changed().await.is_err() {
                             leaders[g].store(0, Ordering::Relaxed);
+                            acked[g].store(0, Ordering::Relaxed);
                             return;
                         }
                     }
                 });
             }
-            let rebalance: Vec<(GroupRaft, NodeId)> = rafts
-                .iter()
-                .filter_map(|(_, raft, placement)| placement.first().map(|p| (raft.clone(), *p)))
-                .filter(|(_, preferred)| *preferred != me)
-                .collect();
-            tokio::spawn(rebalance_leaders(me, rebalance, shutdown_rb));
             Ok::<_, String>(rafts)
         });
         let rafts = setup
@@ -307,6 +340,11 @@ impl Cluster {
             spec: settings.spec.clone(),
             groups,
             leaders,
+            quorum_acked,
+            born,
+            lease: Duration::from_millis(settings.election_timeout_ms.0),
+            fail_after: Duration::from_millis(settings.election_timeout_ms.1),
+            balancing: std::sync::atomic::AtomicBool::new(settings.balance_leaders),
             net,
             clock,
             forward: settings.forward,
@@ -315,12 +353,15 @@ impl Cluster {
             handle: handle.clone(),
         });
         let handler = Arc::new(PeerHandler(Arc::downgrade(&cluster)));
+        let served_net = cluster.net.clone();
+        let balance_shutdown = shutdown.clone();
         handle.spawn(async move {
             match tokio::net::TcpListener::from_std(listener) {
-                Ok(l) => transport::serve(l, handler, faults, shutdown).await,
+                Ok(l) => transport::serve(l, handler, served_net, shutdown).await,
                 Err(e) => tracing::error!("peer listener: {e}"),
             }
         });
+        handle.spawn(balance_leaders(Arc::downgrade(&cluster), balance_shutdown));
         tracing::info!(
             node = me,
             groups = cluster.groups.iter().filter(|g| g.is_some()).count(),
@@ -345,6 +386,70 @@ impl Cluster {
         }
     }
 
+    /// Whether this node leads `g` and may serve it: a majority acknowledged it within the
+    /// lease. A leader cut off from its majority stops serving (and claiming the group) once
+    /// the lease runs out, which is before the others can have elected a new leader.
+    pub fn leads(&self, g: GroupId) -> bool {
+        if self.leader(g) != Some(self.me) {
+            return false;
+        }
+        let at = self
+            .quorum_acked
+            .get(g as usize)
+            .map_or(0, |a| a.load(Ordering::Relaxed));
+        if at == 0 {
+            return false;
+        }
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        now.saturating_sub(at) <= u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The leader of `g` as far as this node can tell it is serving: itself only within its
+    /// lease, another node only while that node is heard from.
+    pub fn serving_leader(&self, g: GroupId) -> Option<NodeId> {
+        match self.leader(g) {
+            Some(l) if l == self.me => self.leads(g).then_some(l),
+            Some(l) => self.is_up(l).then_some(l),
+            None => None,
+        }
+    }
+
+    /// Whether a majority of `g`'s replicas (this node counted) were heard from recently.
+    fn majority_up(&self, g: GroupId) -> bool {
+        let replicas = self.spec.placement(g);
+        let up = replicas.iter().filter(|&&id| self.is_up(id)).count();
+        up * 2 > replicas.len()
+    }
+
+    /// Turns the evening out of leaderships on or off (for maintenance, or while moving
+    /// leaderships by hand).
+    pub fn set_balancing(&self, on: bool) {
+        self.balancing.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether node `id` is this node, or was heard from recently.
+    pub fn is_up(&self, id: NodeId) -> bool {
+        self.net.reachable(id, self.fail_after)
+    }
+
+    /// Waits a little for `g` to have a serving leader, so that a leadership moving between
+    /// nodes (a planned transfer takes a round trip and an election) costs a client a short
+    /// pause and a -MOVED, not an error.
+    /// A node that cannot reach a majority of the group's replicas answers at once: no
+    /// election it could wait for would make it the leader's neighbour.
+    async fn settled_leader(&self, g: GroupId) -> Option<NodeId> {
+        let deadline = tokio::time::Instant::now() + LEADER_SETTLE;
+        loop {
+            if let Some(l) = self.serving_leader(g) {
+                return Some(l);
+            }
+            if tokio::time::Instant::now() >= deadline || !self.majority_up(g) {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     pub fn faults(&self) -> &Arc<Faults> {
         self.net.faults()
     }
@@ -360,7 +465,11 @@ impl Cluster {
     /// Runs `cmds` through group `g`: proposed here when this node leads it, forwarded to the
     /// leader when forwarding is on, otherwise refused with the leader to ask.
     pub async fn propose(&self, g: GroupId, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ProposeError> {
-        let first = match self.leader(g) {
+        let leader = match self.serving_leader(g) {
+            Some(l) => Some(l),
+            None => self.settled_leader(g).await,
+        };
+        let first = match leader {
             Some(l) if l == self.me && !self.forward => return self.propose_local(g, cmds).await,
             Some(l) if !self.forward => return Err(ProposeError::Moved(l)),
             Some(l) => l,
@@ -370,7 +479,7 @@ impl Cluster {
         // leadership was moving). A redirect means the batch was refused before it entered the
         // log, so sending it again cannot apply it twice.
         let mut target = first;
-        for _ in 0..2 {
+        for _ in 0..3 {
             let result = if target == self.me {
                 self.propose_local(g, cmds.clone()).await
             } else {
@@ -386,8 +495,9 @@ impl Cluster {
                 }
             };
             match result {
-                Err(ProposeError::Moved(l)) if l != target => target = l,
-                Err(ProposeError::Moved(_)) => break,
+                // Refused before it entered the log (a redirect, possibly to the node just
+                // asked, once the leadership has settled): safe to send again.
+                Err(ProposeError::Moved(l)) => target = l,
                 other => return other,
             }
         }
@@ -408,6 +518,16 @@ impl Cluster {
                 None => Err(ProposeError::ClusterDown),
             };
         };
+        if self.leader(g) == Some(self.me) && !self.leads(g) {
+            // Leader by its own count but without a lease: either just elected (the lease
+            // comes with the first acknowledged heartbeat) or cut off from its majority, in
+            // which case another node may be leading already.
+            match self.settled_leader(g).await {
+                Some(l) if l == self.me => {}
+                Some(l) => return Err(ProposeError::Moved(l)),
+                None => return Err(ProposeError::ClusterDown),
+            }
+        }
         let proposal = Proposal {
             ts: self.clock.now_ns(),
             cmds,
@@ -421,7 +541,13 @@ impl Cluster {
                 // Refused before it entered the log: nothing was applied.
                 Some(ClientWriteError::ForwardToLeader(f)) => match f.leader_id {
                     Some(l) if l != self.me => Err(ProposeError::Moved(l)),
-                    _ => Err(ProposeError::ClusterDown),
+                    // The leadership is moving (a transfer, or an election under way). Once
+                    // it has settled, send the client there, even back here: the write never
+                    // entered the log, so repeating it cannot apply it twice.
+                    _ => match self.settled_leader(g).await {
+                        Some(l) => Err(ProposeError::Moved(l)),
+                        None => Err(ProposeError::ClusterDown),
+                    },
                 },
                 Some(ClientWriteError::LogEntryDiscarded(_)) => Err(ProposeError::TryAgain(
                     "the leader changed before this write committed; it may or may not have been applied"
@@ -455,33 +581,82 @@ impl Cluster {
     }
 }
 
-/// Hands leadership of a group back to its preferred replica once that replica has caught up,
-/// so that after elections and restarts the leaders (and the write load) stay spread over the
-/// nodes as placement intended.
-async fn rebalance_leaders(
-    me: NodeId,
-    groups: Vec<(GroupRaft, NodeId)>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(Duration::from_millis(1000));
+/// How long a proposal waits for a group without a serving leader to get one: longer than
+/// an election takes, so a move or a failover on the majority's side costs a pause, not an
+/// error.
+const LEADER_SETTLE: Duration = Duration::from_millis(700);
+/// How often leaders look at the spread of leaderships.
+const BALANCE_EVERY: Duration = Duration::from_millis(500);
+/// Most leaderships one node hands over per look, so moves stay few at a time.
+const MOVES_PER_TURN: usize = 2;
+
+/// Keeps leaderships spread evenly over the nodes that are up: a node that leads more than
+/// one group beyond the least-loaded replica of a group it leads hands that group over (a
+/// leader transfer, to a replica that has caught up). Nodes only ever give leaderships away,
+/// never take them, so two nodes cannot pull one group back and forth; counts converge to
+/// floor(G/N) or ceil(G/N) per node, after start-up and again after a failed node returns.
+async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(BALANCE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        for (raft, preferred) in &groups {
-            let m = raft.metrics().borrow_watched().clone();
-            if m.current_leader != Some(me) {
+        let Some(c) = cluster.upgrade() else { return };
+        if !c.balancing.load(Ordering::Relaxed) {
+            continue;
+        }
+        let mut counts: BTreeMap<NodeId, usize> = c
+            .spec
+            .nodes
+            .iter()
+            .filter(|n| c.is_up(n.id))
+            .map(|n| (n.id, 0))
+            .collect();
+        for g in 0..c.spec.groups {
+            if let Some(l) = c.serving_leader(g)
+                && let Some(n) = counts.get_mut(&l)
+            {
+                *n += 1;
+            }
+        }
+        let mut moved = 0;
+        for g in 0..c.spec.groups {
+            if moved >= MOVES_PER_TURN {
+                break;
+            }
+            if !c.leads(g) {
                 continue;
             }
-            let matched = m
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(preferred).cloned().flatten())
-                .map(|l| l.index());
-            if matched.is_some() && matched >= m.last_log_index {
-                let _ = raft.trigger().transfer_leader(*preferred).await;
+            let Some(raft) = c.raft(g) else { continue };
+            let m = raft.metrics().borrow_watched().clone();
+            let mine = counts.get(&c.me).copied().unwrap_or(0);
+            let caught_up = |id: NodeId| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .map(|l| l.index())
+                    .is_some_and(|i| Some(i) >= m.last_log_index)
+            };
+            let target = c
+                .spec
+                .placement(g)
+                .into_iter()
+                .filter(|&id| id != c.me && caught_up(id))
+                .filter_map(|id| counts.get(&id).map(|&n| (n, id)))
+                .min();
+            if let Some((theirs, to)) = target
+                && mine > theirs + 1
+                && raft.trigger().transfer_leader(to).await.is_ok()
+            {
+                moved += 1;
+                if let Some(n) = counts.get_mut(&c.me) {
+                    *n -= 1;
+                }
+                if let Some(n) = counts.get_mut(&to) {
+                    *n += 1;
+                }
             }
         }
     }

@@ -166,6 +166,9 @@ pub struct Network {
 struct NetworkInner {
     me: NodeId,
     links: HashMap<NodeId, PeerLink>,
+    /// When each peer was last heard from (a request or a response), in ms since `born`.
+    heard: HashMap<NodeId, AtomicU64>,
+    born: std::time::Instant,
     next_id: AtomicU64,
     faults: Arc<Faults>,
     shutdown: watch::Receiver<bool>,
@@ -196,10 +199,17 @@ impl Network {
                 )
             })
             .collect();
+        let heard = peers
+            .iter()
+            .filter(|(id, _)| *id != me)
+            .map(|(id, _)| (*id, AtomicU64::new(0)))
+            .collect();
         Network {
             inner: Arc::new(NetworkInner {
                 me,
                 links,
+                heard,
+                born: std::time::Instant::now(),
                 next_id: AtomicU64::new(1),
                 faults,
                 shutdown,
@@ -219,6 +229,38 @@ impl Network {
             self.inner.frames_sent.load(Ordering::Relaxed),
             self.inner.writes.load(Ordering::Relaxed),
         )
+    }
+
+    /// Notes that `peer` just said something.
+    fn heard_from(&self, peer: NodeId) {
+        if let Some(at) = self.inner.heard.get(&peer) {
+            let ms = u64::try_from(self.inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+            at.store(ms.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// How long ago `peer` was last heard from; `None` if never (or it is not a peer).
+    pub fn last_heard(&self, peer: NodeId) -> Option<Duration> {
+        let at = self.inner.heard.get(&peer)?.load(Ordering::Relaxed);
+        if at == 0 {
+            return None;
+        }
+        let now = u64::try_from(self.inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some(Duration::from_millis(now.saturating_sub(at)))
+    }
+
+    /// Whether `peer` was heard from within `within`. Every node hears from every other
+    /// several times a second while they are connected (heartbeats and their answers).
+    pub fn reachable(&self, peer: NodeId, within: Duration) -> bool {
+        peer == self.inner.me || self.last_heard(peer).is_some_and(|ago| ago <= within)
+    }
+
+    /// Whether an outgoing connection to `peer` is open now.
+    pub fn link_open(&self, peer: NodeId) -> bool {
+        self.inner
+            .links
+            .get(&peer)
+            .is_some_and(|l| lock(&l.tx).as_ref().is_some_and(|t| !t.is_closed()))
     }
 
     /// Number of open outgoing connections (one per peer at most).
@@ -324,6 +366,7 @@ impl Network {
                         if net.inner.faults.is_blocked(target) {
                             continue;
                         }
+                        net.heard_from(target);
                         if let Some(tx) = lock(&reader_pending).remove(&id) {
                             let _ = tx.send(result);
                         }
@@ -375,7 +418,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub async fn serve<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
-    faults: Arc<Faults>,
+    net: Network,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -383,7 +426,7 @@ pub async fn serve<H: Handler>(
             res = listener.accept() => {
                 let Ok((stream, _)) = res else { continue };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_peer(stream, handler.clone(), faults.clone(), shutdown.clone()));
+                tokio::spawn(serve_peer(stream, handler.clone(), net.clone(), shutdown.clone()));
             }
             _ = shutdown.changed() => return,
         }
@@ -393,9 +436,10 @@ pub async fn serve<H: Handler>(
 async fn serve_peer<H: Handler>(
     stream: TcpStream,
     handler: Arc<H>,
-    faults: Arc<Faults>,
+    net: Network,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let faults = net.faults().clone();
     let (mut rd, mut wr) = stream.into_split();
     let mut who = [0u8; 8];
     if rd.read_exact(&mut who).await.is_err() {
@@ -432,6 +476,7 @@ async fn serve_peer<H: Handler>(
         if faults.is_blocked(peer) {
             continue;
         }
+        net.heard_from(peer);
         let handler = handler.clone();
         let tx = tx.clone();
         let faults = faults.clone();

@@ -3,23 +3,36 @@
 //! In bucketd a node leads some groups and follows in others, so it is a "master" for the slot
 //! ranges of the groups it leads and a "replica" in the others. `CLUSTER SLOTS` and
 //! `CLUSTER SHARDS` give, for every group, its leader first and then its other replicas.
+//!
+//! The view is honest about failures: a node lists itself as a group's leader only while a
+//! majority acknowledges it (so a leader cut off from its majority stops claiming its groups
+//! within the election timeout), and a peer not heard from lately shows as failed.
 
 use crate::cluster::node::Cluster;
 use crate::cluster::spec::{NodeSpec, redis_id};
 use crate::cluster::typ::{GroupId, NodeId};
 use crate::protocol::{ArgError, Args, ReplyWriter};
 
-/// The group's leader as this node sees it; the preferred replica while none is known, so
-/// clients always get a full slot map (a wrong guess costs them one -MOVED).
-fn leader_or_preferred(c: &Cluster, g: GroupId) -> NodeId {
-    c.leader(g)
-        .or_else(|| c.spec.placement(g).first().copied())
+/// The group's serving leader as this node sees it; while none is known, the first replica
+/// (other than this node) that is up, so clients always get a full slot map and a wrong guess
+/// costs them one -MOVED.
+fn leader_or_guess(c: &Cluster, g: GroupId) -> NodeId {
+    if let Some(l) = c.serving_leader(g) {
+        return l;
+    }
+    let placement = c.spec.placement(g);
+    placement
+        .iter()
+        .copied()
+        .find(|&id| id != c.me && c.is_up(id))
+        .or_else(|| placement.iter().copied().find(|&id| id != c.me))
+        .or_else(|| placement.first().copied())
         .unwrap_or(c.me)
 }
 
 /// Replicas of `g`, leader first.
 fn members(c: &Cluster, g: GroupId) -> Vec<&NodeSpec> {
-    let leader = leader_or_preferred(c, g);
+    let leader = leader_or_guess(c, g);
     let mut ids = c.spec.placement(g);
     ids.sort_by_key(|&id| id != leader);
     ids.iter().filter_map(|&id| c.spec.node(id)).collect()
@@ -63,7 +76,7 @@ pub(super) fn run(
             w.array(c.spec.groups as usize);
             for g in 0..c.spec.groups {
                 let (lo, hi) = c.spec.group_slots(g);
-                let leader = leader_or_preferred(c, g);
+                let leader = leader_or_guess(c, g);
                 let nodes = members(c, g);
                 w.map(2);
                 w.bulk(b"slots");
@@ -80,7 +93,7 @@ pub(super) fn run(
                     w.kv_str("endpoint", &n.host);
                     w.kv_str("role", if n.id == leader { "master" } else { "replica" });
                     w.kv_int("replication-offset", 0);
-                    w.kv_str("health", "online");
+                    w.kv_str("health", if c.is_up(n.id) { "online" } else { "fail" });
                 }
             }
         }
@@ -88,8 +101,9 @@ pub(super) fn run(
             a.finish()?;
             let mut text = String::new();
             for n in &c.spec.nodes {
+                let up = c.is_up(n.id);
                 let led: Vec<String> = (0..c.spec.groups)
-                    .filter(|&g| leader_or_preferred(c, g) == n.id)
+                    .filter(|&g| up && leader_or_guess(c, g) == n.id)
                     .map(|g| {
                         let (lo, hi) = c.spec.group_slots(g);
                         if lo == hi {
@@ -99,13 +113,18 @@ pub(super) fn run(
                         }
                     })
                     .collect();
-                let flags = if n.id == c.me {
-                    "myself,master"
+                let flags = match (n.id == c.me, up) {
+                    (true, _) => "myself,master",
+                    (false, true) => "master",
+                    (false, false) => "master,fail",
+                };
+                let link = if n.id == c.me || (up && c.network().link_open(n.id)) {
+                    "connected"
                 } else {
-                    "master"
+                    "disconnected"
                 };
                 text.push_str(&format!(
-                    "{} {}:{}@{} {} - 0 0 1 connected{}{}\n",
+                    "{} {}:{}@{} {} - 0 0 1 {link}{}{}\n",
                     n.redis_id(),
                     n.host,
                     n.port,
@@ -120,10 +139,10 @@ pub(super) fn run(
         "INFO" => {
             a.finish()?;
             let led = (0..c.spec.groups)
-                .filter(|&g| c.leader(g).is_some())
+                .filter(|&g| c.serving_leader(g).is_some())
                 .count();
             let ok_slots: u32 = (0..c.spec.groups)
-                .filter(|&g| c.leader(g).is_some())
+                .filter(|&g| c.serving_leader(g).is_some())
                 .map(|g| {
                     let (lo, hi) = c.spec.group_slots(g);
                     u32::from(hi) - u32::from(lo) + 1
@@ -133,7 +152,7 @@ pub(super) fn run(
                 .spec
                 .nodes
                 .iter()
-                .filter(|n| (0..c.spec.groups).any(|g| leader_or_preferred(c, g) == n.id))
+                .filter(|n| (0..c.spec.groups).any(|g| leader_or_guess(c, g) == n.id))
                 .count();
             let state = if led == c.spec.groups as usize {
                 "ok"

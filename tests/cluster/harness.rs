@@ -138,6 +138,8 @@ pub struct Opts {
     pub forward: bool,
     /// How long a write may wait for its group before `-TRYAGAIN` (the default: 500 ms).
     pub write_timeout: Option<Duration>,
+    /// Whether nodes even out leaderships by themselves (off for scenarios that move them).
+    pub balance: bool,
 }
 
 impl Default for Opts {
@@ -147,6 +149,7 @@ impl Default for Opts {
             groups: GROUPS,
             forward: false,
             write_timeout: None,
+            balance: true,
         }
     }
 }
@@ -211,6 +214,7 @@ impl TestCluster {
     pub fn cluster_settings(&self, id: NodeId) -> ClusterSettings {
         let mut cs = ClusterSettings::new(id, self.spec.clone(), self.data_dir(id));
         cs.forward = self.opts.forward;
+        cs.balance_leaders = self.opts.balance;
         if let Some(t) = self.opts.write_timeout {
             cs.write_timeout = t;
         }
@@ -666,16 +670,28 @@ impl Router {
 }
 
 impl TestCluster {
-    /// Waits until every group is led by its preferred replica (the first of its placement),
-    /// which is where leadership settles after elections and restarts.
-    pub async fn wait_balanced(&self, limit: Duration) {
+    /// Waits until every group has an agreed leader and the leaderships are spread evenly over
+    /// the running nodes (floor(G/N) or ceil(G/N) each), which is where the balancer settles
+    /// them after start-up, elections and restarts. Returns the leaders by group.
+    pub async fn wait_balanced(&self, limit: Duration) -> Vec<NodeId> {
+        let running = self.running();
+        let n = running.len().max(1);
+        let groups = self.spec.groups as usize;
+        let (lo, hi) = (groups / n, groups.div_ceil(n));
         wait_for(
-            "every group to be led by its preferred replica",
+            "leaderships spread evenly over the running nodes",
             limit,
             || async {
-                (0..self.spec.groups)
-                    .all(|g| self.agreed_leader(g) == self.spec.placement(g).first().copied())
-                    .then_some(())
+                let leaders = (0..self.spec.groups)
+                    .map(|g| self.agreed_leader(g))
+                    .collect::<Option<Vec<NodeId>>>()?;
+                running
+                    .iter()
+                    .all(|id| {
+                        let led = leaders.iter().filter(|&&l| l == *id).count();
+                        (lo..=hi).contains(&led)
+                    })
+                    .then_some(leaders)
             },
         )
         .await

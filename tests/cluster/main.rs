@@ -12,4 +12,5 @@ mod partition;
 mod processes;
 mod restart;
 mod snapshot;
+mod topology;
 mod transactions;
