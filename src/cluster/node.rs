@@ -60,9 +60,10 @@ impl ClusterSettings {
             // A follower starts an election 300-500 ms after its leader went quiet, and a
             // leader stops serving 300 ms after it last heard from a majority: failover takes
             // about half a second, and a leader cut off from its majority stops claiming its
-            // groups before another can have been elected. Heartbeats every 50 ms give six
-            // chances before that, enough on a loaded machine.
-            heartbeat_ms: 50,
+            // groups before another can have been elected. Heartbeats every 100 ms give three
+            // chances before that; more often would double what idle groups cost (every group
+            // heartbeats on its own).
+            heartbeat_ms: 100,
             election_timeout_ms: (300, 500),
             write_timeout: Duration::from_millis(500),
             balance_leaders: true,
