@@ -1,29 +1,17 @@
-//! Runs the redis-py smoke test (tests/py/smoke.py) against a node, when python3 with the
-//! `redis` module is available.
+//! Runs the redis-py smoke test (tests/py/smoke.py) against a node, with python3 and the `redis`
+//! module (redis-py), which `.ci/run` installs.
 
 mod common;
 
 use common::*;
 use std::time::Duration;
 
-fn python_with_redis() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_smoke() {
-    if !python_with_redis() {
-        println!(
-            "note: python3 with the redis module is not available; skipping the redis-py smoke test"
-        );
-        return;
-    }
+    assert!(
+        python_with_redis(),
+        "python3 with redis-py is needed (.ci/run installs it: pip install redis)"
+    );
     bounded(async {
         let node = TestNode::start().await;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/smoke.py");

@@ -106,16 +106,6 @@ async fn auth_with_a_password_answers_as_redis_does() {
     .await;
 }
 
-fn python_with_redis() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// Connects redis-py with a `redis://default:pw@` URL over RESP2 and RESP3 (it sends AUTH,
 /// or HELLO 3 AUTH), and checks that another user is refused.
 const PY_URL_AUTH: &str = r#"
@@ -163,10 +153,10 @@ async fn run_py_url_auth(port: u16) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_connects_with_a_default_user_url_to_a_node_without_password() {
-    if !python_with_redis() {
-        println!("note: python3 with the redis module is not available; skipping");
-        return;
-    }
+    assert!(
+        python_with_redis(),
+        "python3 with redis-py is needed (.ci/run installs it: pip install redis)"
+    );
     bounded(async {
         let redis = RealRedis::start().await;
         let (ok, out) = run_py_url_auth(redis.addr.port()).await;

@@ -581,11 +581,7 @@ fn client(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> 
                 "HELP",
                 "    Prints this help.",
             ];
-            let mut w = ReplyWriter::new(buf, c.resp3);
-            w.array(lines.len());
-            for l in lines {
-                w.simple(l);
-            }
+            write_help(&mut ReplyWriter::new(buf, c.resp3), &lines);
         }
         _ => {
             return Err(msg(format!(
@@ -848,10 +844,7 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
                 "HELP",
                 "    Print this help.",
             ];
-            w.array(lines.len());
-            for l in lines {
-                w.simple(l);
-            }
+            write_help(&mut w, &lines);
         }
         other => {
             return Err(msg(format!(
@@ -927,11 +920,7 @@ async fn config(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Fai
                 "HELP",
                 "    Prints this help.",
             ];
-            let mut w = ReplyWriter::new(buf, c.resp3);
-            w.array(lines.len());
-            for l in lines {
-                w.simple(l);
-            }
+            write_help(&mut ReplyWriter::new(buf, c.resp3), &lines);
         }
         other => {
             return Err(msg(format!(
@@ -1106,4 +1095,12 @@ fn rule(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// A HELP reply: one status line each, as Redis sends them.
+fn write_help(w: &mut ReplyWriter, lines: &[&str]) {
+    w.array(lines.len());
+    for l in lines {
+        w.simple(l);
+    }
 }

@@ -566,3 +566,14 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).expect("temp dir");
     d
 }
+
+/// Whether python3 with the `redis` module (redis-py) can be run.
+pub fn python_with_redis() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import redis"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
