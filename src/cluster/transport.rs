@@ -168,6 +168,11 @@ struct NetworkInner {
     links: HashMap<NodeId, PeerLink>,
     /// When each peer was last heard from (a request or a response), in ms since `born`.
     heard: HashMap<NodeId, AtomicU64>,
+    /// When a connection to each peer last failed (refused, reset, timed out), likewise.
+    failed: HashMap<NodeId, AtomicU64>,
+    /// The address outgoing connections leave from: this node's own advertised address, so
+    /// that on one machine nodes on 127.0.0.1, .2 and .3 can be cut apart by address.
+    local_ip: Option<std::net::IpAddr>,
     born: std::time::Instant,
     next_id: AtomicU64,
     faults: Arc<Faults>,
@@ -204,11 +209,24 @@ impl Network {
             .filter(|(id, _)| *id != me)
             .map(|(id, _)| (*id, AtomicU64::new(0)))
             .collect();
+        let failed = peers
+            .iter()
+            .filter(|(id, _)| *id != me)
+            .map(|(id, _)| (*id, AtomicU64::new(0)))
+            .collect();
+        let local_ip = peers
+            .iter()
+            .find(|(id, _)| *id == me)
+            .and_then(|(_, addr)| addr.parse::<std::net::SocketAddr>().ok())
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_unspecified());
         Network {
             inner: Arc::new(NetworkInner {
                 me,
                 links,
                 heard,
+                failed,
+                local_ip,
                 born: std::time::Instant::now(),
                 next_id: AtomicU64::new(1),
                 faults,
@@ -231,11 +249,23 @@ impl Network {
         )
     }
 
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.inner.born.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
     /// Notes that `peer` just said something.
     fn heard_from(&self, peer: NodeId) {
         if let Some(at) = self.inner.heard.get(&peer) {
-            let ms = u64::try_from(self.inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-            at.store(ms.max(1), Ordering::Relaxed);
+            at.store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// Notes that a connection to `peer` just failed.
+    fn failed_with(&self, peer: NodeId) {
+        if let Some(at) = self.inner.failed.get(&peer) {
+            at.store(self.now_ms(), Ordering::Relaxed);
         }
     }
 
@@ -251,8 +281,41 @@ impl Network {
 
     /// Whether `peer` was heard from within `within`. Every node hears from every other
     /// several times a second while they are connected (heartbeats and their answers).
+    /// A peer whose connection failed after it was last heard from (a killed process refuses
+    /// the next connection at once) is not reachable either.
     pub fn reachable(&self, peer: NodeId, within: Duration) -> bool {
-        peer == self.inner.me || self.last_heard(peer).is_some_and(|ago| ago <= within)
+        if peer == self.inner.me {
+            return true;
+        }
+        let heard = self
+            .inner
+            .heard
+            .get(&peer)
+            .map_or(0, |a| a.load(Ordering::Relaxed));
+        let failed = self
+            .inner
+            .failed
+            .get(&peer)
+            .map_or(0, |a| a.load(Ordering::Relaxed));
+        heard > failed && self.last_heard(peer).is_some_and(|ago| ago <= within)
+    }
+
+    /// Opens a connection to `addr` from this node's own address when it has one.
+    async fn connect_from_home(&self, addr: &str) -> std::io::Result<TcpStream> {
+        let Some(ip) = self.inner.local_ip else {
+            return TcpStream::connect(addr).await;
+        };
+        let target = tokio::net::lookup_host(addr)
+            .await?
+            .find(|a| a.is_ipv4() == ip.is_ipv4())
+            .ok_or_else(|| std::io::Error::other(format!("no address for {addr}")))?;
+        let socket = if ip.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(std::net::SocketAddr::new(ip, 0))?;
+        socket.connect(target).await
     }
 
     /// Whether an outgoing connection to `peer` is open now.
@@ -340,11 +403,13 @@ impl Network {
             }
         };
         let stream =
-            match tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(&addr)).await
+            match tokio::time::timeout(Duration::from_millis(500), self.connect_from_home(&addr))
+                .await
             {
                 Ok(Ok(s)) => s,
                 _ => {
                     rx.close();
+                    self.failed_with(target);
                     fail_all(&format!("cannot connect to node {target} at {addr}"));
                     return;
                 }
@@ -395,12 +460,17 @@ impl Network {
                         }
                     }
                     if wr.write_all(&batch).await.is_err() {
+                        self.failed_with(target);
                         break;
                     }
                     self.inner.frames_sent.fetch_add(n, Ordering::Relaxed);
                     self.inner.writes.fetch_add(1, Ordering::Relaxed);
                 }
-                _ = &mut reader => break,
+                _ = &mut reader => {
+                    // The peer closed or reset the connection.
+                    self.failed_with(target);
+                    break;
+                }
                 _ = shutdown.changed() => break,
             }
         }
