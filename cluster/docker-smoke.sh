@@ -236,8 +236,8 @@ throttle() { # port quantity [redis-cli flags]
 }
 
 # Takes tokens (quantity > 0), retrying for up to 15 s while the answer shows the command was not
-# applied: CLUSTERDOWN (no leader known, e.g. while leadership moves to the preferred replicas
-# just after start or a failover) or a refused connection (redirected to a stopped node). Any
+# applied: CLUSTERDOWN (no leader known, e.g. while leaderships are being evened out just
+# after start or a failover) or a refused connection (redirected to a stopped node). Any
 # other failure, a TRYAGAIN (the write may still commit) among them, is final.
 take() { # port quantity [redis-cli flags]
   local deadline=$((SECONDS + 15)) out
@@ -294,7 +294,7 @@ slot_leader() { # port-to-ask
     }'
 }
 # The leader CLUSTER SLOTS names must answer the key itself, without redirecting. Polled, as
-# leadership may still be settling on the preferred replicas.
+# leaderships may still be moving while they are evened out.
 leader_found() {
   leader=$(slot_leader "${PORTS[0]}" || true)
   [[ " ${PORTS[*]} " == *" $leader "* ]] && reply=$(throttle "$leader" 0)

@@ -296,7 +296,8 @@ impl Cluster {
                 if !raft.is_initialized().await.unwrap_or(true) {
                     let _ = raft.initialize(members).await;
                     if placement.first() == Some(&me) {
-                        // The preferred replica campaigns first, so leaders start out spread.
+                        // The first replica campaigns first, so leaders start out spread; the
+                        // balancer evens them out from there.
                         let _ = raft.trigger().elect(false).await;
                     }
                 }

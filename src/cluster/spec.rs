@@ -122,7 +122,8 @@ impl ClusterSpec {
 
     /// The nodes holding group `g`, best first: rendezvous hashing of (group, node), so adding a
     /// node moves only the groups for which it now scores in the top `replicas`. The first is
-    /// the group's preferred leader, which spreads leaders evenly over the nodes.
+    /// the replica that campaigns first when the group is created, which gives leaders a first
+    /// spread that the balancer then evens out.
     pub fn placement(&self, g: GroupId) -> Vec<NodeId> {
         let mut scored: Vec<(u64, NodeId)> = self
             .nodes
