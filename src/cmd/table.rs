@@ -715,18 +715,34 @@ pub static COMMANDS: &[CommandSpec] = &[
     ),
 ];
 
-/// Finds a command by its lowercase name.
+/// Finds a command by its name, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    COMMANDS
-        .iter()
-        .find(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+    index_of(name).map(|i| &COMMANDS[i])
 }
 
-/// Where a command's entry is in `COMMANDS` (for recording the last command cheaply).
+/// Longest command name (`client|no-evict`-style names are not looked up here).
+const MAX_NAME: usize = 32;
+
+/// Where a command's entry is in `COMMANDS`. Every request goes through here, so it is one
+/// hash lookup of the lowercased name rather than a walk of the table.
 pub fn index_of(name: &[u8]) -> Option<usize> {
-    COMMANDS
-        .iter()
-        .position(|c| c.name.as_bytes().eq_ignore_ascii_case(name))
+    static INDEX: std::sync::OnceLock<ahash::AHashMap<&'static [u8], usize>> =
+        std::sync::OnceLock::new();
+    if name.len() > MAX_NAME {
+        return None;
+    }
+    let mut lower = [0u8; MAX_NAME];
+    let lower = &mut lower[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    let index = INDEX.get_or_init(|| {
+        COMMANDS
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_bytes(), i))
+            .collect()
+    });
+    index.get(&lower[..]).copied()
 }
 
 /// True if `argc` (including the command name) fits the spec's arity.
@@ -801,4 +817,26 @@ pub fn write_docs(w: &mut ReplyWriter, c: &CommandSpec) {
     w.kv_str("summary", c.summary);
     w.kv_str("since", "1.0.0");
     w.kv_str("group", c.group);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_found_by_its_name_in_any_case() {
+        for (i, c) in COMMANDS.iter().enumerate() {
+            assert!(
+                c.name.len() <= MAX_NAME,
+                "{} is longer than the lookup takes",
+                c.name
+            );
+            assert_eq!(index_of(c.name.as_bytes()), Some(i));
+            assert_eq!(index_of(c.name.to_ascii_uppercase().as_bytes()), Some(i));
+            assert!(std::ptr::eq(lookup(c.name.as_bytes()).unwrap(), c));
+        }
+        assert_eq!(index_of(b"nosuchcommand"), None);
+        assert_eq!(index_of(b""), None);
+        assert_eq!(index_of(&[b'g'; 100]), None);
+    }
 }
