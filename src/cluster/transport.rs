@@ -269,14 +269,14 @@ impl Network {
         }
     }
 
+    fn stamp(map: &HashMap<NodeId, AtomicU64>, peer: NodeId) -> u64 {
+        map.get(&peer).map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
     /// How long ago `peer` was last heard from; `None` if never (or it is not a peer).
     pub fn last_heard(&self, peer: NodeId) -> Option<Duration> {
-        let at = self.inner.heard.get(&peer)?.load(Ordering::Relaxed);
-        if at == 0 {
-            return None;
-        }
-        let now = u64::try_from(self.inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Some(Duration::from_millis(now.saturating_sub(at)))
+        let at = Self::stamp(&self.inner.heard, peer);
+        (at != 0).then(|| Duration::from_millis(self.now_ms().saturating_sub(at)))
     }
 
     /// Whether `peer` was heard from within `within`. Every node hears from every other
@@ -287,17 +287,10 @@ impl Network {
         if peer == self.inner.me {
             return true;
         }
-        let heard = self
-            .inner
-            .heard
-            .get(&peer)
-            .map_or(0, |a| a.load(Ordering::Relaxed));
-        let failed = self
-            .inner
-            .failed
-            .get(&peer)
-            .map_or(0, |a| a.load(Ordering::Relaxed));
-        heard > failed && self.last_heard(peer).is_some_and(|ago| ago <= within)
+        let heard = Self::stamp(&self.inner.heard, peer);
+        let failed = Self::stamp(&self.inner.failed, peer);
+        let within = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
+        heard != 0 && heard > failed && self.now_ms().saturating_sub(heard) <= within
     }
 
     /// Opens a connection to `addr` from this node's own address when it has one.

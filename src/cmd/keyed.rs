@@ -260,7 +260,8 @@ const NOT_INT: &str = "ERR value is not an integer or out of range";
 const OVERFLOW: &str = "ERR increment or decrement would overflow";
 const NOT_FLOAT: &str = "ERR value is not a valid float";
 const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
-const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
+/// The answer to a command whose reply would pass `MAX_REPLY_BYTES`.
+pub const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
 
 fn ceil_ms(ns: u64) -> i64 {
     i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(i64::MAX)

@@ -167,9 +167,7 @@ impl Conn {
     /// gives back what its buffers held.
     pub(super) async fn serve(&mut self, shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
         let res = self.serve_loop(shutdown).await;
-        self.rbuf = BytesMut::new();
-        self.out = Vec::new();
-        self.account();
+        self.release_buffers();
         if self.peak > TRIM_AFTER {
             // A large client's buffers went back to the allocator, which keeps them; hand
             // them to the operating system so RSS falls once such clients have left.
@@ -275,9 +273,7 @@ impl Conn {
                     "closing a client: connections' buffers passed maxmemory-clients"
                 );
                 // Give the buffers back first: the cap is node-wide, and others are waiting.
-                self.rbuf = BytesMut::new();
-                self.out = Vec::new();
-                self.account();
+                self.release_buffers();
                 let _ = self
                     .stream
                     .write_all(b"-ERR client buffers passed maxmemory-clients; closing\r\n")
@@ -286,6 +282,13 @@ impl Conn {
                 return Ok(());
             }
         }
+    }
+
+    /// Drops this connection's buffers and takes them out of the node-wide count.
+    fn release_buffers(&mut self) {
+        self.rbuf = BytesMut::new();
+        self.out = Vec::new();
+        self.account();
     }
 
     /// Updates this connection's share of the node-wide buffer count.

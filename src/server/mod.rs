@@ -518,6 +518,15 @@ impl Pending {
 }
 
 impl Conn {
+    /// The positions of `keys`, grouped by the shard that owns each.
+    fn by_shard(&self, keys: &[Bytes]) -> Vec<Vec<usize>> {
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); self.node.shards.len()];
+        for (i, k) in keys.iter().enumerate() {
+            groups[self.node.shard_of(k)].push(i);
+        }
+        groups
+    }
+
     /// A multi-key command whose keys live on several shards.
     async fn cross_shard(&mut self, m: MultiCmd) -> Result<Reply, ShardGone> {
         let n = self.node.shards.len();
@@ -527,10 +536,7 @@ impl Conn {
             MultiCmd::MGet(keys) => {
                 // Each shard answers for its keys; the replies are put back in request order,
                 // and the whole is refused if it would pass the reply cap.
-                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
-                for (i, k) in keys.iter().enumerate() {
-                    groups[self.node.shard_of(k)].push(i);
-                }
+                let groups = self.by_shard(&keys);
                 let mut waits = Vec::new();
                 for (s, idx) in groups.iter().enumerate() {
                     if !idx.is_empty() {
@@ -555,7 +561,7 @@ impl Conn {
                     }
                 }
                 if total > crate::cmd::keyed::MAX_REPLY_BYTES {
-                    return Ok(Reply::err("ERR reply would exceed 64 MiB"));
+                    return Ok(Reply::err(crate::cmd::keyed::TOO_LARGE));
                 }
                 Ok(Reply::Array(out))
             }
@@ -593,10 +599,7 @@ impl Conn {
                 // Each shard checks its limits atomically; if any shard refuses, the shards
                 // that consumed give it back. A concurrent check may briefly see those units
                 // taken (it can be refused, never over-admitted).
-                let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
-                for (i, k) in keys.iter().enumerate() {
-                    groups[self.node.shard_of(k)].push(i);
-                }
+                let groups = self.by_shard(&keys);
                 let mut waits = Vec::new();
                 for (s, idx) in groups.iter().enumerate() {
                     if idx.is_empty() {
