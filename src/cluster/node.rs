@@ -648,8 +648,11 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: watch:
                 .filter(|&id| id != c.me && caught_up(id))
                 .filter_map(|id| counts.get(&id).map(|&n| (n, id)))
                 .min();
+            // Looked at again before each move, so that once balancing is turned off no new
+            // move starts.
             if let Some((theirs, to)) = target
                 && mine > theirs + 1
+                && c.balancing.load(Ordering::Relaxed)
                 && raft.trigger().transfer_leader(to).await.is_ok()
             {
                 moved += 1;

@@ -311,10 +311,7 @@ async fn cluster_commands_describe_the_cluster() {
         let mut c = TestCluster::start("topology", Opts::patient()).await;
         c.wait_balanced(SECS).await;
         // Leaderships stay where they are while the views are compared.
-        for id in c.ids() {
-            c.cluster(id).set_balancing(false);
-        }
-        let leaders: Vec<u64> = c.wait_balanced(SECS).await;
+        let leaders: Vec<u64> = c.hold_leaders(SECS).await;
         let id_of = |redis_id: &str| {
             c.spec
                 .nodes

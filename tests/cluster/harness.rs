@@ -697,6 +697,27 @@ impl TestCluster {
         .await
     }
 
+    /// Turns leadership balancing off on every running node (call it once they are balanced),
+    /// then waits until the leaderships are balanced, settled (no move under way) and every node serves the same view of them.
+    pub async fn hold_leaders(&self, limit: Duration) -> Vec<NodeId> {
+        for id in self.running() {
+            self.cluster(id).set_balancing(false);
+        }
+        wait_for("every node to serve the same leaders", limit, || async {
+            let now = self.wait_balanced(limit).await;
+            let agree = (0..self.spec.groups).all(|g| {
+                let l = now[g as usize];
+                self.cluster(l).leads(g)
+                    && self
+                        .running()
+                        .iter()
+                        .all(|&id| self.cluster(id).serving_leader(g) == Some(l))
+            });
+            agree.then_some(now)
+        })
+        .await
+    }
+
     /// Cuts node `alone` off from every other node, in both directions.
     pub fn isolate(&self, alone: NodeId) {
         for id in self.running() {

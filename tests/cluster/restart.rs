@@ -78,10 +78,7 @@ async fn stopped_node_catches_up_and_leads_again() {
         // not necessarily the same ones), serving the same counts.
         c.wait_balanced(SECS).await;
         // Hold the leaderships still while they are checked one by one.
-        for id in c.ids() {
-            c.cluster(id).set_balancing(false);
-        }
-        c.wait_balanced(SECS).await;
+        c.hold_leaders(SECS).await;
         let now_led = c.led_by(down);
         assert!(
             now_led.len().abs_diff(its_groups.len()) <= 1,

@@ -60,9 +60,7 @@ async fn lagging_node_is_sent_a_snapshot_and_restarts_from_it() {
         // Let the two left share the leaderships, then hold them still: a leadership moving
         // while logs are purged makes the purge wait for the move.
         c.wait_balanced(SECS).await;
-        for id in c.running() {
-            c.cluster(id).set_balancing(false);
-        }
+        c.hold_leaders(SECS).await;
 
         let keys: Vec<Vec<String>> = (0..c.spec.groups)
             .map(|g| {
