@@ -27,16 +27,29 @@ pub const SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 const SWEEP_PARTS_PER_TICK: usize = 4;
 
 pub enum ShardMsg {
-    /// Commands from a connection on another shard, run until their replies pass `budget`
-    /// bytes; the rest come back unrun.
+    /// A connection's key commands for this shard (`slots[i]` is the hash slot of `cmds[i]`):
+    /// applied at once on a standalone node, run until their replies pass `budget` bytes
+    /// (the rest come back unrun); in a cluster, proposed to their groups and answered when
+    /// the entries are applied.
+    Keyed {
+        cmds: Vec<KeyCmd>,
+        slots: Vec<u16>,
+        budget: usize,
+        reply: oneshot::Sender<Answer>,
+    },
+    /// Commands applied to this shard's own copy of the keys at once, replicated or not
+    /// (node-wide reads such as KEYS, and a standalone node's cross-shard commands).
     Batch {
         cmds: Vec<KeyCmd>,
         budget: usize,
         reply: oneshot::Sender<Answer>,
     },
-    /// Commands of a committed Raft entry, applied at the entry's time.
+    /// This node is a cluster member: from now on key commands are proposed to their
+    /// groups. `run` tells this run's entries from earlier ones.
+    Attach(std::sync::Arc<crate::cluster::node::Cluster>, u64),
+    /// Commands of committed Raft entries, applied at each entry's time.
     ApplyAt {
-        batches: Vec<(u64, Vec<KeyCmd>)>,
+        batches: Vec<crate::cluster::state_machine::EntryBatch>,
         reply: oneshot::Sender<Vec<Vec<Reply>>>,
     },
     /// Copies out the keys of a slot range (a group's snapshot).
@@ -67,6 +80,16 @@ pub enum ShardMsg {
 pub struct Answer {
     pub replies: Vec<Reply>,
     pub rest: Vec<KeyCmd>,
+    /// In a cluster: why a group refused the batch (every command of that group's share
+    /// answered with this error).
+    pub refused: Option<String>,
+}
+
+/// A batch handed to the shard from a connection on it: answered at once, or later (once
+/// proposed and committed).
+pub enum Outcome {
+    Ready(Answer),
+    Later(oneshot::Receiver<Answer>),
 }
 
 /// Roughly how many bytes a reply takes on the wire; what the reply budget counts.
@@ -153,6 +176,24 @@ impl ShardHandle {
         Ok(rx)
     }
 
+    /// Queues a connection's key commands (see `ShardMsg::Keyed`).
+    pub async fn submit_keyed(
+        &self,
+        cmds: Vec<KeyCmd>,
+        slots: Vec<u16>,
+        budget: usize,
+    ) -> Result<oneshot::Receiver<Answer>, ShardGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(ShardMsg::Keyed {
+            cmds,
+            slots,
+            budget,
+            reply: tx,
+        })
+        .await?;
+        Ok(rx)
+    }
+
     /// Sends one batch, runs all of it, and waits for its replies.
     pub async fn call(&self, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ShardGone> {
         let answer = self.submit(cmds, usize::MAX).await?.await;
@@ -220,6 +261,8 @@ pub struct ShardCore {
     stats: Arc<ShardStats>,
     freed_since_trim: usize,
     last_trim: std::time::Instant,
+    /// In a cluster: gathers key commands into log entries of the groups this shard owns.
+    pub proposer: Option<crate::cluster::proposer::Proposer>,
 }
 
 /// Keys expired since the last trim that make another trim worth it.
@@ -253,6 +296,7 @@ impl ShardCore {
             stats,
             freed_since_trim: 0,
             last_trim: std::time::Instant::now(),
+            proposer: None,
         }
     }
 
@@ -296,14 +340,57 @@ impl ShardCore {
         }
     }
 
-    /// Applies a committed Raft entry's commands at the entry's time.
-    pub fn apply_at(&mut self, now: u64, cmds: Vec<KeyCmd>) -> Vec<Reply> {
-        let mut out = Vec::with_capacity(cmds.len());
-        self.apply_at_time(now, &mut cmds.into_iter(), |r| {
-            out.push(r);
-            true
-        });
-        out
+    /// Applies committed Raft entries, each at its own time. The entries this shard
+    /// proposed answer their connections here; the others' replies are handed back.
+    pub fn apply_entries(
+        &mut self,
+        batches: Vec<crate::cluster::state_machine::EntryBatch>,
+    ) -> Vec<Vec<Reply>> {
+        let mut all = Vec::with_capacity(batches.len());
+        for b in batches {
+            let mut out = Vec::with_capacity(b.cmds.len());
+            self.apply_at_time(b.now, &mut b.cmds.into_iter(), |r| {
+                out.push(r);
+                true
+            });
+            let back = match self.proposer.as_mut() {
+                Some(p) => p.applied(b.origin, out).unwrap_or_default(),
+                None => out,
+            };
+            all.push(back);
+        }
+        all
+    }
+
+    /// A connection's key commands (see `ShardMsg::Keyed`), from a connection on this shard.
+    pub fn run(&mut self, cmds: Vec<KeyCmd>, slots: &[u16], budget: usize) -> Outcome {
+        match self.proposer.as_mut() {
+            None => Outcome::Ready(self.apply_within(cmds, budget)),
+            Some(p) => {
+                let (tx, rx) = oneshot::channel();
+                p.gather(cmds, slots, tx);
+                Outcome::Later(rx)
+            }
+        }
+    }
+
+    /// A connection's key commands, from a connection on another shard.
+    pub fn run_for(
+        &mut self,
+        cmds: Vec<KeyCmd>,
+        slots: &[u16],
+        budget: usize,
+        reply: oneshot::Sender<Answer>,
+    ) {
+        match self.proposer.as_mut() {
+            None => {
+                let _ = reply.send(self.apply_batch(cmds, budget));
+            }
+            Some(p) => {
+                self.stats.remote_batches.fetch_add(1, Ordering::Relaxed);
+                p.gather(cmds, slots, reply);
+            }
+        }
     }
 
     pub fn export(&self, (lo, hi): (u16, u16), now: u64) -> Vec<Record> {
@@ -345,6 +432,7 @@ impl ShardCore {
         Answer {
             replies,
             rest: it.collect(),
+            refused: None,
         }
     }
 

@@ -91,6 +91,7 @@ fn normal(term: u64, index: u64, size: usize) -> Entry {
         log_id(term, index),
         Proposal {
             ts: index * 1000,
+            origin: None,
             cmds: vec![KeyCmd::IncrBy {
                 key,
                 delta: index as i64,

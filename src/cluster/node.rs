@@ -8,9 +8,9 @@
 use crate::clock::Clock;
 use crate::cluster::log_store::FileLogStore;
 use crate::cluster::spec::ClusterSpec;
-use crate::cluster::state_machine::{Executor, GroupStateMachine};
+use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
 use crate::cluster::transport::{self, Faults, GroupSnapshotWire, Handler, Network, Rpc, RpcOk};
-use crate::cluster::typ::{Applied, GroupId, NodeId, Proposal, TypeConfig};
+use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal, TypeConfig};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::store::Record;
@@ -82,7 +82,7 @@ fn gone() -> io::Error {
 }
 
 impl Executor for ShardExecutor {
-    async fn apply(&self, batches: Vec<(u64, Vec<KeyCmd>)>) -> io::Result<Vec<Vec<Reply>>> {
+    async fn apply(&self, batches: Vec<EntryBatch>) -> io::Result<Vec<Vec<Reply>>> {
         let (reply, rx) = oneshot::channel();
         self.shard
             .send(ShardMsg::ApplyAt { batches, reply })
@@ -464,15 +464,24 @@ impl Cluster {
         self.groups.get(g as usize).and_then(Option::as_ref)
     }
 
-    /// Runs `cmds` through group `g`: proposed here when this node leads it, forwarded to the
-    /// leader when forwarding is on, otherwise refused with the leader to ask.
-    pub async fn propose(&self, g: GroupId, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ProposeError> {
+    /// Runs a shard's gathered batch through group `g`: proposed here when this node leads
+    /// it (the shard that gathered it answers its clients when it applies the entry, and this
+    /// returns None), forwarded to the leader when forwarding is on (this returns the
+    /// leader's replies), otherwise refused with the leader to ask.
+    pub async fn replicate(
+        &self,
+        g: GroupId,
+        origin: Origin,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<Option<Vec<Reply>>, ProposeError> {
         let leader = match self.serving_leader(g) {
             Some(l) => Some(l),
             None => self.settled_leader(g).await,
         };
         let first = match leader {
-            Some(l) if l == self.me && !self.forward => return self.propose_local(g, cmds).await,
+            Some(l) if l == self.me && !self.forward => {
+                return self.commit(g, Some(origin), cmds).await.map(|_| None);
+            }
             Some(l) if !self.forward => return Err(ProposeError::Moved(l)),
             Some(l) => l,
             None => return Err(ProposeError::ClusterDown),
@@ -483,7 +492,9 @@ impl Cluster {
         let mut target = first;
         for _ in 0..3 {
             let result = if target == self.me {
-                self.propose_local(g, cmds.clone()).await
+                self.commit(g, Some(origin), cmds.clone())
+                    .await
+                    .map(|_| None)
             } else {
                 let ttl = self.write_timeout + Duration::from_millis(200);
                 match self
@@ -491,7 +502,7 @@ impl Cluster {
                     .call(target, g, Rpc::Forward(cmds.clone()), ttl)
                     .await
                 {
-                    Ok(RpcOk::Forward(replies)) => Ok(replies),
+                    Ok(RpcOk::Forward(replies)) => Ok(Some(replies)),
                     Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
                     Err(e) => Err(parse_remote_error(&e)),
                 }
@@ -508,10 +519,33 @@ impl Cluster {
         )))
     }
 
-    /// Proposes on this node, which must lead the group; the leader stamps its time.
+    /// The error reply a Redis Cluster client acts on, for a command on `slot` that group
+    /// could not take.
+    pub fn error_reply(&self, slot: u16, e: &ProposeError) -> String {
+        match e {
+            ProposeError::Moved(leader) => match self.spec.node(*leader) {
+                Some(n) => format!("MOVED {slot} {}", n.client_addr()),
+                None => "CLUSTERDOWN The cluster is down".to_string(),
+            },
+            ProposeError::ClusterDown => "CLUSTERDOWN The cluster is down".to_string(),
+            ProposeError::TryAgain(why) => format!("TRYAGAIN {why}"),
+        }
+    }
+
+    /// Proposes commands forwarded by another node; the replies travel back through Raft.
     pub async fn propose_local(
         &self,
         g: GroupId,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<Vec<Reply>, ProposeError> {
+        self.commit(g, None, cmds).await
+    }
+
+    /// Proposes on this node, which must lead the group; the leader stamps its time.
+    async fn commit(
+        &self,
+        g: GroupId,
+        origin: Option<Origin>,
         cmds: Vec<KeyCmd>,
     ) -> Result<Vec<Reply>, ProposeError> {
         let Some(raft) = self.raft(g) else {
@@ -532,6 +566,7 @@ impl Cluster {
         }
         let proposal = Proposal {
             ts: self.clock.now_ns(),
+            origin,
             cmds,
         };
         match tokio::time::timeout(self.write_timeout, raft.client_write(proposal)).await {

@@ -11,7 +11,7 @@
 //! after it.
 
 use crate::cluster::typ::{
-    Applied, GroupSnapshot, LogId, SnapshotMeta, StoredMembership, TypeConfig,
+    Applied, GroupSnapshot, LogId, Origin, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::store::Record;
@@ -25,12 +25,21 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+/// One committed entry's commands, with the time they apply at.
+#[derive(Debug)]
+pub struct EntryBatch {
+    pub now: u64,
+    pub origin: Option<Origin>,
+    pub cmds: Vec<KeyCmd>,
+}
+
 /// Where a group's keys live and how commands reach them.
 pub trait Executor: Send + Sync + 'static {
-    /// Applies batches of commands in order, each at its own time; one reply per command.
+    /// Applies batches of commands in order, each at its own time. Per batch: one reply per
+    /// command, or none when the batch's origin answered its clients itself.
     fn apply(
         &self,
-        batches: Vec<(u64, Vec<KeyCmd>)>,
+        batches: Vec<EntryBatch>,
     ) -> impl Future<Output = io::Result<Vec<Vec<Reply>>>> + Send;
     /// Copies out the group's keys.
     fn export(&self, now: u64) -> impl Future<Output = io::Result<Vec<Record>>> + Send;
@@ -205,7 +214,11 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
                             p.last_ts = p.last_ts.max(proposal.ts);
                             p.last_ts
                         };
-                        work.push((now, proposal.cmds));
+                        work.push(EntryBatch {
+                            now,
+                            origin: proposal.origin,
+                            cmds: proposal.cmds,
+                        });
                         true
                     }
                     EntryPayload::Membership(m) => {
@@ -309,14 +322,15 @@ impl LocalExecutor {
 }
 
 impl Executor for LocalExecutor {
-    async fn apply(&self, batches: Vec<(u64, Vec<KeyCmd>)>) -> io::Result<Vec<Vec<Reply>>> {
+    async fn apply(&self, batches: Vec<EntryBatch>) -> io::Result<Vec<Vec<Reply>>> {
         let mut st = crate::cmd::keyed::ExecStats::default();
         let mut store = self.store();
         Ok(batches
             .into_iter()
-            .map(|(now, cmds)| {
-                cmds.into_iter()
-                    .map(|c| crate::cmd::keyed::execute(&mut store, c, now, &mut st))
+            .map(|b| {
+                b.cmds
+                    .into_iter()
+                    .map(|c| crate::cmd::keyed::execute(&mut store, c, b.now, &mut st))
                     .collect()
             })
             .collect())

@@ -15,7 +15,19 @@ use std::fmt;
 pub struct Proposal {
     /// Leader time in ns since the epoch when the batch was proposed.
     pub ts: u64,
+    /// Who waits for the replies: the shard that gathered the batch answers its clients
+    /// itself when it applies the entry. None: the replies travel back through Raft.
+    pub origin: Option<Origin>,
     pub cmds: Vec<KeyCmd>,
+}
+
+/// Names a batch gathered by one shard of one node run: the shard's run (a number drawn at
+/// start, so a restarted node never mistakes an old entry for one it waits on) and the
+/// batch's place in that run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub run: u64,
+    pub seq: u64,
 }
 
 impl fmt::Display for Proposal {

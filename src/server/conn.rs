@@ -17,12 +17,11 @@
 //! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
 //!   growth passes it is closed.
 
-use super::{ClientInfo, Node, Pending, cluster_error, encode, is_barrier, is_no_auth};
-use crate::cluster::node::Cluster;
+use super::{ClientInfo, Node, Pending, encode, is_barrier, is_no_auth};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::{self, ParseError, Parsed, table};
 use crate::protocol::{Args, ReplyWriter, Request, RequestParser};
-use crate::shard::{Answer, CoreRef, ShardGone};
+use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::slot::key_slot;
 use bytes::BytesMut;
 use std::sync::Arc;
@@ -36,9 +35,9 @@ const MAX_BATCH: usize = 1024;
 /// Bytes of replies a round produces before they are written out and the shards are asked
 /// for more. Also what each shard's share of a round may produce at once.
 pub(super) const REPLY_BUDGET: usize = 256 * 1024;
-/// Cluster mode materialises a whole round's replies when its entries commit; rounds with
-/// commands that return stored values are cut so that those replies stay under this.
-const CLUSTER_REPLY_BUDGET: usize = 16 * 1024 * 1024;
+/// A replicated batch's replies all arrive when its entries commit, so rounds with commands
+/// that return stored values are cut to keep those replies under this.
+const VALUE_REPLY_BUDGET: usize = 16 * 1024 * 1024;
 /// What a read asks the socket for.
 const READ_CHUNK: usize = 16 * 1024;
 /// Buffers larger than this are given back once they are mostly empty.
@@ -73,18 +72,19 @@ impl From<std::io::Error> for Stop {
 enum Part {
     /// Already encoded, in `Round::local[start..end]`.
     Local(usize, usize),
-    /// The next reply from this shard's (standalone) or group's (cluster) batch.
+    /// The next reply from this shard's batch.
     Unit(usize),
 }
 
-/// The requests of one round, split by shard (standalone) or by Raft group (cluster).
+/// The requests of one round, split by the shard that owns their keys.
 struct Round {
     queued: Vec<Vec<KeyCmd>>,
-    /// Cluster mode: the hash slot of each command in `queued`, for -MOVED replies.
+    /// The hash slot of each command in `queued` (a cluster proposes by slot's group, and
+    /// answers -MOVED by slot).
     slots: Vec<Vec<u16>>,
     order: Vec<Part>,
     local: Vec<u8>,
-    /// Cluster mode: commands in this round that return a stored value.
+    /// Commands in this round that return a stored value.
     value_cmds: usize,
 }
 
@@ -133,10 +133,7 @@ impl Conn {
         info: Arc<ClientInfo>,
         stream: TcpStream,
     ) -> Conn {
-        let n = match node.cluster() {
-            Some(c) => c.spec.groups as usize,
-            None => node.shards.len(),
-        };
+        let n = node.shards.len();
         let my_shard = core.borrow().id;
         Conn {
             authed: !node.live.needs_auth(),
@@ -363,19 +360,16 @@ impl Conn {
             match parsed {
                 Err(e) => self.local_error(&e.message()),
                 Ok(Parsed::Keyed { route, cmd }) => self.push_keyed(&route, cmd).await?,
-                Ok(Parsed::Multi(m)) if self.node.cluster().is_some() => {
-                    let slot = key_slot(&m.keys()[0]);
-                    if m.keys().iter().all(|k| key_slot(k) == slot) {
-                        self.push_to_group(slot, m.into_key_cmd()).await?;
-                    } else {
-                        self.local_error("CROSSSLOT Keys in request don't hash to the same slot");
-                    }
-                }
                 Ok(Parsed::Multi(m)) => {
-                    let first = self.node.shard_of(&m.keys()[0]);
-                    if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
-                        self.round.queued[first].push(m.into_key_cmd());
-                        self.round.order.push(Part::Unit(first));
+                    let slot = key_slot(&m.keys()[0]);
+                    let first = self.node.slot_owner(slot);
+                    if m.keys().iter().all(|k| key_slot(k) == slot) {
+                        self.push_slot(slot, m.into_key_cmd()).await?;
+                    } else if self.node.cluster().is_some() {
+                        // As in Redis Cluster: the keys of one command share a slot.
+                        self.local_error(CROSSSLOT);
+                    } else if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
+                        self.push_slot(slot, m.into_key_cmd()).await?;
                     } else {
                         self.flush().await?;
                         let reply = self.cross_shard(m).await?;
@@ -426,31 +420,22 @@ impl Conn {
         Ok(())
     }
 
-    /// Queues a one-key command for the shard (or, in a cluster, the group) that owns it.
+    /// Queues a one-key command for the shard that owns its key.
     async fn push_keyed(&mut self, route: &[u8], cmd: KeyCmd) -> Result<(), Stop> {
-        if self.node.cluster().is_some() {
-            return self.push_to_group(key_slot(route), cmd).await;
-        }
-        let s = self.node.shard_of(route);
-        self.round.queued[s].push(cmd);
-        self.round.order.push(Part::Unit(s));
-        Ok(())
+        self.push_slot(key_slot(route), cmd).await
     }
 
-    /// Cluster mode: queues a command for the group that owns `slot`.
-    async fn push_to_group(&mut self, slot: u16, cmd: KeyCmd) -> Result<(), Stop> {
-        let Some(c) = self.node.cluster() else {
-            return Ok(());
-        };
-        let g = c.group_of_slot(slot) as usize;
+    /// Queues a command whose keys are all in `slot`, for the shard that owns it.
+    async fn push_slot(&mut self, slot: u16, cmd: KeyCmd) -> Result<(), Stop> {
+        let s = self.node.slot_owner(slot);
         let returns_value = returns_stored_value(&cmd);
-        self.round.queued[g].push(cmd);
-        self.round.slots[g].push(slot);
-        self.round.order.push(Part::Unit(g));
+        self.round.queued[s].push(cmd);
+        self.round.slots[s].push(slot);
+        self.round.order.push(Part::Unit(s));
         if returns_value {
             self.round.value_cmds += 1;
             let largest = self.node.live.caps.largest_value();
-            if self.round.value_cmds >= (CLUSTER_REPLY_BUDGET / largest).max(1) {
+            if self.round.value_cmds >= (VALUE_REPLY_BUDGET / largest).max(1) {
                 self.flush().await?;
             }
         }
@@ -490,15 +475,12 @@ impl Conn {
     /// Runs every shard's share of the round and writes all replies in order. Shards run
     /// their share until its replies pass `REPLY_BUDGET`; what is ready is written to the
     /// socket, and the shards are asked for the rest, so a round of large replies never sits
-    /// in memory whole.
+    /// in memory whole. (A replicated share is answered whole once its entries commit.)
     pub(super) async fn flush(&mut self) -> Result<(), Stop> {
         if self.round.order.is_empty() {
             return Ok(());
         }
-        if let Some(c) = self.node.cluster() {
-            let c = c.clone();
-            return self.flush_cluster(c).await;
-        }
+        self.round.value_cmds = 0;
         let n = self.round.queued.len();
         let mut replies: Vec<std::vec::IntoIter<Reply>> =
             (0..n).map(|_| Vec::new().into_iter()).collect();
@@ -510,20 +492,28 @@ impl Conn {
             for (s, ready) in replies.iter().enumerate() {
                 if s != self.my_shard && !self.round.queued[s].is_empty() && ready.len() == 0 {
                     let batch = std::mem::take(&mut self.round.queued[s]);
-                    waits.push((s, self.node.shards[s].submit(batch, REPLY_BUDGET).await?));
+                    let slots = std::mem::take(&mut self.round.slots[s]);
+                    let rx = self.node.shards[s]
+                        .submit_keyed(batch, slots, REPLY_BUDGET)
+                        .await?;
+                    waits.push((s, rx));
                 }
             }
             let mine = self.my_shard;
             if !self.round.queued[mine].is_empty() && replies[mine].len() == 0 {
                 let batch = std::mem::take(&mut self.round.queued[mine]);
-                let a = self.core.borrow_mut().apply_within(batch, REPLY_BUDGET);
-                replies[mine] = a.replies.into_iter();
-                self.round.queued[mine] = a.rest;
+                let outcome = {
+                    let slots = &self.round.slots[mine];
+                    self.core.borrow_mut().run(batch, slots, REPLY_BUDGET)
+                };
+                match outcome {
+                    Outcome::Ready(a) => self.take_answer(mine, a, &mut replies),
+                    Outcome::Later(rx) => waits.push((mine, rx)),
+                }
             }
             for (s, rx) in waits {
                 let a = rx.await.map_err(|_| ShardGone)?;
-                replies[s] = a.replies.into_iter();
-                self.round.queued[s] = a.rest;
+                self.take_answer(s, a, &mut replies);
             }
             let mut w = ReplyWriter::new(&mut self.out, self.resp3);
             while next < order.len() {
@@ -549,53 +539,16 @@ impl Conn {
         Ok(())
     }
 
-    /// Cluster mode: proposes each group's share of the round (all groups at once) and writes
-    /// the replies in order. A group that cannot take the batch answers each of its commands
-    /// with the error a Redis Cluster client acts on.
-    async fn flush_cluster(&mut self, cluster: Arc<Cluster>) -> Result<(), Stop> {
-        let n = self.round.queued.len();
-        let mut work = Vec::new();
-        for g in 0..n {
-            if !self.round.queued[g].is_empty() {
-                let cmds = std::mem::take(&mut self.round.queued[g]);
-                let slots = std::mem::take(&mut self.round.slots[g]);
-                let c = cluster.clone();
-                work.push(async move { (g, slots, c.propose(g as u32, cmds).await) });
-            }
-        }
-        self.round.value_cmds = 0;
-        let mut replies: Vec<std::vec::IntoIter<Reply>> =
-            (0..n).map(|_| Vec::new().into_iter()).collect();
-        for (g, slots, result) in futures_util::future::join_all(work).await {
-            let list: Vec<Reply> = match result {
-                Ok(r) => r,
-                Err(e) => slots
-                    .iter()
-                    .map(|&slot| {
-                        Reply::Error(std::borrow::Cow::Owned(cluster_error(&cluster, slot, &e)))
-                    })
-                    .collect(),
-            };
-            replies[g] = list.into_iter();
-        }
-        let order = std::mem::take(&mut self.round.order);
-        for part in &order {
-            let mut w = ReplyWriter::new(&mut self.out, self.resp3);
-            match *part {
-                Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
-                Part::Unit(g) => match replies[g].next() {
-                    Some(r) => encode(&mut w, &r),
-                    None => w.error("ERR internal error: missing reply"),
-                },
-            }
-            if self.out.len() >= REPLY_BUDGET {
-                self.write_out().await?;
-            }
-        }
-        self.round.order = order;
-        self.round.order.clear();
-        self.round.local.clear();
-        Ok(())
+    /// Files a shard's answer: its replies, and what it left unrun for the next pass (with
+    /// the slots of those commands, which are the last ones queued).
+    fn take_answer(&mut self, s: usize, a: Answer, replies: &mut [std::vec::IntoIter<Reply>]) {
+        // A batch sent to another shard took its slots along; only a standalone shard leaves
+        // commands unrun, and it does not look at slots.
+        let slots = &mut self.round.slots[s];
+        let done = slots.len().saturating_sub(a.rest.len());
+        slots.drain(..done);
+        replies[s] = a.replies.into_iter();
+        self.round.queued[s] = a.rest;
     }
 
     /// Handles a request that arrives between MULTI and EXEC: queues it, or ends the
@@ -696,24 +649,16 @@ impl Conn {
             Vec::new().into_iter()
         } else {
             let slot = txn.slot.unwrap_or(0);
-            match self.node.cluster() {
-                Some(c) => {
-                    let c = c.clone();
-                    let g = c.group_of_slot(slot);
-                    match c.propose(g, keyed).await {
-                        Ok(r) => r.into_iter(),
-                        Err(e) => {
-                            let msg = cluster_error(&c, slot, &e);
-                            ReplyWriter::new(&mut self.out, self.resp3).error(&msg);
-                            return Ok(());
-                        }
-                    }
-                }
-                None => {
-                    let s = self.node.slot_owner(slot);
-                    self.dispatch(s, keyed).await?.replies().await?.into_iter()
-                }
+            let slots = vec![slot; keyed.len()];
+            let answer = self
+                .run_whole(self.node.slot_owner(slot), keyed, slots)
+                .await?;
+            if let Some(why) = answer.refused {
+                // The group could not take the transaction: nothing of it ran.
+                ReplyWriter::new(&mut self.out, self.resp3).error(&why);
+                return Ok(());
             }
+            answer.replies.into_iter()
         };
         let mut buf = Vec::new();
         ReplyWriter::new(&mut buf, self.resp3).array(rest.len());
@@ -731,7 +676,29 @@ impl Conn {
         Ok(())
     }
 
-    /// Sends a batch to shard `s`, whole: run inline when it is this connection's own shard.
+    /// Hands shard `s` key commands to run whole, as one batch (in a cluster, one entry of
+    /// their group), and waits for the answer.
+    async fn run_whole(
+        &self,
+        s: usize,
+        cmds: Vec<KeyCmd>,
+        slots: Vec<u16>,
+    ) -> Result<Answer, ShardGone> {
+        let rx = if s == self.my_shard {
+            match self.core.borrow_mut().run(cmds, &slots, usize::MAX) {
+                Outcome::Ready(a) => return Ok(a),
+                Outcome::Later(rx) => rx,
+            }
+        } else {
+            self.node.shards[s]
+                .submit_keyed(cmds, slots, usize::MAX)
+                .await?
+        };
+        rx.await.map_err(|_| ShardGone)
+    }
+
+    /// Sends a batch to shard `s` to apply at once, whole: inline when it is this
+    /// connection's own shard.
     pub(super) async fn dispatch(&self, s: usize, cmds: Vec<KeyCmd>) -> Result<Pending, ShardGone> {
         if s == self.my_shard {
             Ok(Pending::Ready(

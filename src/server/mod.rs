@@ -16,7 +16,7 @@ mod node_cmds;
 pub use live::LiveSettings;
 
 use crate::clock::Clock;
-use crate::cluster::node::{Cluster, ProposeError};
+use crate::cluster::node::Cluster;
 use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
 use crate::cmd::{MultiCmd, table};
 use crate::config::Settings;
@@ -254,6 +254,12 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
             rx.clone(),
         )
         .await?;
+        for shard in &node.shards {
+            shard
+                .send(ShardMsg::Attach(cluster.clone(), fresh_run(shard.id)))
+                .await
+                .map_err(|_| "a shard stopped during start-up".to_string())?;
+        }
         let _ = node.cluster.set(cluster);
     }
     let mut tasks = vec![tokio::spawn(accept_loop(
@@ -277,6 +283,21 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         tasks,
         threads,
     })
+}
+
+/// A number naming one shard's run: random, so no other node, no other shard and no earlier
+/// run of this one names its entries the same way.
+fn fresh_run(shard: usize) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(shard);
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 /// One shard: a single-threaded event loop that owns its keys and the connections on it.
@@ -316,6 +337,7 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
             })
         };
         let mut conns = tokio::task::JoinSet::new();
+        let mut proposing = Vec::new();
         while let Some(msg) = inbox.recv().await {
             match msg {
                 ShardMsg::Batch {
@@ -327,13 +349,23 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
                     // The asking connection may have gone; its replies are then dropped.
                     let _ = reply.send(answer);
                 }
+                ShardMsg::Keyed {
+                    cmds,
+                    slots,
+                    budget,
+                    reply,
+                } => core.borrow_mut().run_for(cmds, &slots, budget, reply),
                 ShardMsg::ApplyAt { batches, reply } => {
-                    let mut core = core.borrow_mut();
-                    let replies = batches
-                        .into_iter()
-                        .map(|(now, cmds)| core.apply_at(now, cmds))
-                        .collect();
+                    let replies = core.borrow_mut().apply_entries(batches);
                     let _ = reply.send(replies);
+                }
+                ShardMsg::Attach(cluster, run) => {
+                    let p = crate::cluster::proposer::Proposer::new(cluster, run);
+                    let kick = p.kick();
+                    core.borrow_mut().proposer = Some(p);
+                    proposing.push(tokio::task::spawn_local(
+                        crate::cluster::proposer::propose_turns(core.clone(), kick),
+                    ));
                 }
                 ShardMsg::Export { slots, now, reply } => {
                     let _ = reply.send(core.borrow().export(slots, now));
@@ -373,6 +405,9 @@ fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
         })
         .await;
         sweeper.abort();
+        for p in proposing {
+            p.abort();
+        }
     });
 }
 
@@ -717,18 +752,6 @@ impl Conn {
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
         node_cmds::run(self, spec, args, buf).await
-    }
-}
-
-/// The reply a Redis Cluster client expects when a group cannot take a command.
-fn cluster_error(cluster: &Cluster, slot: u16, e: &ProposeError) -> String {
-    match e {
-        ProposeError::Moved(leader) => match cluster.spec.node(*leader) {
-            Some(n) => format!("MOVED {slot} {}", n.client_addr()),
-            None => "CLUSTERDOWN The cluster is down".to_string(),
-        },
-        ProposeError::ClusterDown => "CLUSTERDOWN The cluster is down".to_string(),
-        ProposeError::TryAgain(why) => format!("TRYAGAIN {why}"),
     }
 }
 
