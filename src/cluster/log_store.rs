@@ -21,11 +21,11 @@
 //! - `log.bin`: append-only records, each `[len: u32 LE][len_crc: u32 LE][crc: u32 LE][payload]`,
 //!   where `len_crc` is CRC-32C over the length bytes (so a damaged length is told apart from a
 //!   record cut short), `crc` is CRC-32C over the length bytes and the payload, and the payload
-//!   is a bincode-encoded
-//!   `Record`: a group id and one change to that group's log. A change is an entry, "truncate
-//!   after index N", "purge up to log id L", a vote or a committed log id. Replaying the records
-//!   in order, each to its own group, rebuilds every group's log; for votes and committed log
-//!   ids the latest record of a group wins.
+//!   is a bincode-encoded `Record`: a group id and one change to that group's log. A change is
+//!   an entry, "truncate after index N", "purge up to log id L", a vote or a committed log id.
+//!   Replaying the records in order, each to its own group, rebuilds every group's log; for
+//!   votes and committed log ids the latest record of a group wins. This is an on-disk format:
+//!   `Record`, `Change` and the types they carry must keep their encoding.
 //! - `log.bin.tmp`: a compacted copy being written; removed when found at open.
 //! - `lock`: empty; the open log holds an exclusive lock on it (see below).
 //!
@@ -33,11 +33,12 @@
 //! truncated or overwritten entries, superseded votes, committed ids and purge markers). When
 //! more than half of a file past `COMPACT_MIN_BYTES` is dead, the writer rewrites it as, for
 //! each group, its latest purge marker, vote and committed log id followed by its live
-//! entries, into `log.bin.tmp`, which is fsynced and renamed over `log.bin` (and the directory
-//! fsynced). A crash at any point leaves the old file or the new one, both whole.
+//! entries, into `log.bin.tmp`, which is renamed over `log.bin` (with fsync on, the copy is
+//! fsynced before the rename and the directory after it). A crash at any point leaves the old
+//! file or the new one, both whole.
 //!
 //! A process killed in the middle of a write leaves a torn last record; replay recognises it
-//! (incomplete, or a bad checksum followed only by zeros, as a power loss can leave) and drops
+//! (cut short, or a bad checksum followed only by zeros, as a power loss can leave) and drops
 //! it, cutting the file back to the last whole record. A bad checksum followed by more data is
 //! corruption and opening fails rather than silently forgetting entries that may already be
 //! committed.
