@@ -1189,6 +1189,37 @@ mod tests {
         assert!(replay(&damaged).is_err());
     }
 
+    /// Records already on disk must keep decoding: a change here needs a format migration.
+    #[test]
+    fn golden_encoding() {
+        let record = encode_record(7, ChangeRef::TruncateAfter(Some(300))).unwrap();
+        // len 6, len_crc, crc, then group 7, variant 1 (TruncateAfter), Some, 300 as a varint.
+        let want = [
+            0x06, 0, 0, 0, 0xb5, 0x59, 0x22, 0x8c, 0x39, 0x70, 0x48, 0x61, 0x07, 0x01, 0x01, 0xfb,
+            0x2c, 0x01,
+        ];
+        assert_eq!(record, want);
+
+        let log_id = openraft::testing::log_id::<TypeConfig>(2, 1, 9);
+        let entry = <Entry as openraft::entry::RaftEntry>::new_blank(log_id);
+        let records = [
+            encode_record(3, ChangeRef::Entry(&entry)).unwrap(),
+            encode_record(3, ChangeRef::Purge(&log_id)).unwrap(),
+            encode_record(3, ChangeRef::Vote(&Vote::new_committed(2, 1))).unwrap(),
+            encode_record(3, ChangeRef::Committed(Some(&log_id))).unwrap(),
+        ];
+        let payloads: Vec<&[u8]> = records.iter().map(|r| &r[HEADER..]).collect();
+        // Group 3, the variant, then: log id (term 2, node 1, index 9) and payload 0 (blank);
+        // the log id; the vote (term 2, node 1, committed); Some and the log id.
+        let want: [&[u8]; 4] = [
+            &[3, 0, 2, 1, 9, 0],
+            &[3, 2, 2, 1, 9],
+            &[3, 3, 2, 1, 1],
+            &[3, 4, 1, 2, 1, 9],
+        ];
+        assert_eq!(payloads, want);
+    }
+
     #[test]
     fn damaged_length_is_corrupt_not_torn() {
         let mut log = Vec::new();
