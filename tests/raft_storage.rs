@@ -1,9 +1,10 @@
-//! The Raft log store against openraft's storage conformance suite, plus recovery after reopen,
-//! torn and damaged log files, compaction and the in-memory mode.
+//! The node's Raft log against openraft's storage conformance suite, run for several groups of
+//! one shared log at once, plus recovery of interleaved groups after reopen, torn and damaged
+//! log files, compaction, batching of concurrent groups' writes and the in-memory mode.
 
-use bucketd::cluster::log_store::{COMPACT_MIN_BYTES, FileLogStore};
+use bucketd::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog};
 use bucketd::cluster::state_machine::{GroupStateMachine, LocalExecutor};
-use bucketd::cluster::typ::{Entry, LogId, Proposal, TypeConfig, Vote};
+use bucketd::cluster::typ::{Entry, GroupId, LogId, Proposal, TypeConfig, Vote};
 use bucketd::cmd::keyed::KeyCmd;
 use bytes::Bytes;
 use openraft::entry::RaftEntry;
@@ -12,10 +13,9 @@ use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::type_config::TypeConfigExt;
 use openraft::{EntryPayload, ErrorSubject, ErrorVerb, Membership, StorageError};
 use std::collections::BTreeSet;
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -50,30 +50,102 @@ impl Drop for TempDir {
 
 type Sm = GroupStateMachine<LocalExecutor>;
 
-/// Builds stores on disk (fresh directory each time) or in memory.
+/// Hands every test of the suite a group of its own, all on one shared log: group ids `next`,
+/// `next + step`, ... Each group starts empty, and the suite's writes to different groups land
+/// in the same file and the same batches.
 struct Builder {
+    log: NodeLog,
+    next: AtomicU32,
+    step: u32,
     on_disk: bool,
 }
 
-impl StoreBuilder<TypeConfig, FileLogStore, Sm, Option<TempDir>> for Builder {
-    async fn build(&self) -> Result<(Option<TempDir>, FileLogStore, Sm), StorageError<TypeConfig>> {
+impl Builder {
+    fn new(log: &NodeLog, first: GroupId, step: u32, on_disk: bool) -> Builder {
+        Builder {
+            log: log.clone(),
+            next: AtomicU32::new(first),
+            step,
+            on_disk,
+        }
+    }
+}
+
+impl StoreBuilder<TypeConfig, GroupLog, Sm, Option<TempDir>> for Builder {
+    async fn build(&self) -> Result<(Option<TempDir>, GroupLog, Sm), StorageError<TypeConfig>> {
         let err = |e| StorageError::from_io_error(ErrorSubject::Store, ErrorVerb::Read, e);
-        let dir = self.on_disk.then(|| TempDir::new("suite"));
+        let g = self.next.fetch_add(self.step, Ordering::Relaxed);
+        // The state machine keeps its snapshots per group, in a directory of its own.
+        let dir = self.on_disk.then(|| TempDir::new("suite-sm"));
         let path = dir.as_ref().map(TempDir::path);
-        let store = FileLogStore::open(path.clone(), true).map_err(err)?;
         let sm = GroupStateMachine::open(Arc::new(LocalExecutor::default()), path).map_err(err)?;
-        Ok((dir, store, sm))
+        Ok((dir, self.log.group(g), sm))
+    }
+}
+
+/// What a group's log holds, in a comparable form.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    purged: Option<LogId>,
+    last: Option<LogId>,
+    entries: Vec<String>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+}
+
+async fn seen(store: &mut GroupLog) -> Seen {
+    let state = store.get_log_state().await.unwrap();
+    let mut reader = store.get_log_reader().await;
+    Seen {
+        purged: state.last_purged_log_id,
+        last: state.last_log_id,
+        entries: all_entries(store)
+            .await
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect(),
+        vote: reader.read_vote().await.unwrap(),
+        committed: store.read_committed().await.unwrap(),
+    }
+}
+
+/// Runs the suite for two interleaved sequences of groups of one log at once (even groups from
+/// 0, odd ones from 7); on disk, then reopens the log and checks every group came back as the
+/// suite left it.
+async fn suite_on_shared_log(dir: Option<&TempDir>) {
+    let log = NodeLog::open(dir.map(TempDir::path), true).unwrap();
+    let on_disk = dir.is_some();
+    let (a, b) = tokio::join!(
+        Suite::test_all(Builder::new(&log, 0, 2, on_disk)),
+        Suite::test_all(Builder::new(&log, 7, 2, on_disk)),
+    );
+    a.unwrap();
+    b.unwrap();
+    assert!(log.writes() > 0 || !on_disk);
+    let Some(dir) = dir else { return };
+
+    let used: Vec<GroupId> = (0..400).step_by(2).chain((7..400).step_by(2)).collect();
+    let mut before = Vec::new();
+    for &g in &used {
+        before.push(seen(&mut log.group(g)).await);
+    }
+    assert!(before.iter().any(|s| !s.entries.is_empty()));
+    drop(log);
+    let log = NodeLog::open(Some(dir.path()), true).unwrap();
+    for (&g, want) in used.iter().zip(&before) {
+        assert_eq!(&seen(&mut log.group(g)).await, want, "group {g}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_on_disk() {
-    Suite::test_all(Builder { on_disk: true }).await.unwrap();
+    let dir = TempDir::new("suite");
+    suite_on_shared_log(Some(&dir)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_suite_in_memory() {
-    Suite::test_all(Builder { on_disk: false }).await.unwrap();
+    suite_on_shared_log(None).await;
 }
 
 fn log_id(term: u64, index: u64) -> LogId {
@@ -109,13 +181,13 @@ fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
 }
 
 /// Appends and waits until the store reports the entries flushed.
-async fn append(store: &mut FileLogStore, entries: Vec<Entry>) {
+async fn append(store: &mut GroupLog, entries: Vec<Entry>) {
     let (tx, rx) = TypeConfig::oneshot();
     store.append(entries, IOFlushed::signal(tx)).await.unwrap();
     rx.await.unwrap().unwrap();
 }
 
-async fn all_entries(store: &mut FileLogStore) -> Vec<Entry> {
+async fn all_entries(store: &mut GroupLog) -> Vec<Entry> {
     store
         .get_log_reader()
         .await
@@ -128,284 +200,551 @@ fn ids(entries: &[Entry]) -> Vec<LogId> {
     entries.iter().map(|e| e.log_id).collect()
 }
 
+fn log_dir(dir: &Path) -> PathBuf {
+    dir.join("raft-log")
+}
+
 fn log_file(dir: &Path) -> PathBuf {
-    dir.join("log.bin")
+    log_dir(dir).join("log.bin")
 }
 
 fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }
 
-/// Writes a log with every kind of change: appends of each payload kind, a purge, a
-/// truncation followed by a conflicting append, a vote and a committed log id.
-async fn write_history(store: &mut FileLogStore) {
-    append(store, vec![membership(1, 1, &[1, 2, 3]), blank(1, 2)]).await;
-    for i in 3..=20 {
-        append(store, vec![normal(1, i, 16)]).await;
-    }
-    store.save_vote(&Vote::new(2, 1)).await.unwrap();
-    store.save_committed(Some(log_id(1, 15))).await.unwrap();
-    store.purge(log_id(1, 5)).await.unwrap();
-    store.truncate_after(Some(log_id(1, 18))).await.unwrap();
-    append(store, vec![blank(2, 19), normal(2, 20, 8)]).await;
-    store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+fn open(dir: &TempDir, fsync: bool) -> NodeLog {
+    NodeLog::open(Some(log_dir(&dir.0)), fsync).unwrap()
 }
 
-async fn check_history(store: &mut FileLogStore) {
+/// The groups of the recovery tests, each with its own variant `p` of the history, so a record
+/// replayed into the wrong group shows.
+const GROUPS: [(GroupId, u64); 3] = [(0, 0), (3, 1), (42, 2)];
+
+/// Step `step` of group variant `p`'s history: appends of each payload kind, a vote, a
+/// committed log id, a purge, a truncation followed by a conflicting append, and a new vote.
+async fn history_step(store: &mut GroupLog, p: u64, step: usize) {
+    match step {
+        0 => append(store, vec![membership(1, 1, &[1, 2, 3]), blank(1, 2)]).await,
+        1..=18 => append(store, vec![normal(1, step as u64 + 2, 16 + p as usize)]).await,
+        19 => store.save_vote(&Vote::new(2 + p, 1)).await.unwrap(),
+        20 => store.save_committed(Some(log_id(1, 10 + p))).await.unwrap(),
+        21 => store.purge(log_id(1, 3 + p)).await.unwrap(),
+        22 => store.truncate_after(Some(log_id(1, 18 - p))).await.unwrap(),
+        23 => append(store, vec![blank(2, 19 - p), normal(2, 20 - p, 8)]).await,
+        24 => store
+            .save_vote(&Vote::new_committed(2 + p, 1))
+            .await
+            .unwrap(),
+        _ => {}
+    }
+}
+
+const HISTORY_STEPS: usize = 25;
+
+/// Writes every group's history, one step of each group in turn.
+async fn write_interleaved(log: &NodeLog) {
+    for step in 0..HISTORY_STEPS {
+        for (g, p) in GROUPS {
+            history_step(&mut log.group(g), p, step).await;
+        }
+    }
+}
+
+/// Writes every group's history from a task of its own, all at once.
+async fn write_concurrently(log: &NodeLog) {
+    let tasks: Vec<_> = GROUPS
+        .iter()
+        .map(|&(g, p)| {
+            let mut store = log.group(g);
+            tokio::spawn(async move {
+                for step in 0..HISTORY_STEPS {
+                    history_step(&mut store, p, step).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+async fn check_history(store: &mut GroupLog, p: u64) {
     let state = store.get_log_state().await.unwrap();
-    assert_eq!(state.last_purged_log_id, Some(log_id(1, 5)));
-    assert_eq!(state.last_log_id, Some(log_id(2, 20)));
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 3 + p)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 20 - p)));
 
     let entries = all_entries(store).await;
-    let mut want: Vec<LogId> = (6..=18).map(|i| log_id(1, i)).collect();
-    want.extend([log_id(2, 19), log_id(2, 20)]);
-    assert_eq!(ids(&entries), want);
+    let mut want: Vec<LogId> = (4 + p..=18 - p).map(|i| log_id(1, i)).collect();
+    want.extend([log_id(2, 19 - p), log_id(2, 20 - p)]);
+    assert_eq!(ids(&entries), want, "variant {p}");
     match &entries[0].payload {
-        EntryPayload::Normal(p) => {
-            assert_eq!(p.ts, 6000);
-            assert!(matches!(&p.cmds[..], [KeyCmd::IncrBy { key, delta: 6 }] if key.len() == 16));
+        EntryPayload::Normal(e) => {
+            assert_eq!(e.ts, (4 + p) * 1000);
+            assert!(matches!(
+                &e.cmds[..],
+                [KeyCmd::IncrBy { key, delta }] if key.len() == 16 + p as usize && *delta == 4 + p as i64
+            ));
         }
-        other => panic!("entry 6 should be normal, got {other:?}"),
+        other => panic!("first entry should be normal, got {other:?}"),
     }
-    assert!(matches!(entries[13].payload, EntryPayload::Blank));
+    assert!(matches!(
+        entries[entries.len() - 2].payload,
+        EntryPayload::Blank
+    ));
 
     assert_eq!(
         store.get_log_reader().await.read_vote().await.unwrap(),
-        Some(Vote::new_committed(2, 1))
+        Some(Vote::new_committed(2 + p, 1))
     );
-    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 15)));
+    assert_eq!(
+        store.read_committed().await.unwrap(),
+        Some(log_id(1, 10 + p))
+    );
+}
+
+async fn check_all(log: &NodeLog) {
+    for (g, p) in GROUPS {
+        check_history(&mut log.group(g), p).await;
+    }
+    // A group that never wrote anything is empty.
+    let mut untouched = log.group(5);
+    assert_eq!(seen(&mut untouched).await.last, None);
+    assert_eq!(untouched.read_committed().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reopen_recovers_every_group() {
+    for fsync in [true, false] {
+        for concurrent in [false, true] {
+            let dir = TempDir::new("reopen");
+            {
+                let log = open(&dir, fsync);
+                if concurrent {
+                    write_concurrently(&log).await;
+                } else {
+                    write_interleaved(&log).await;
+                }
+                check_all(&log).await;
+            }
+            let log = open(&dir, fsync);
+            check_all(&log).await;
+
+            // The reopened log takes further changes and keeps them across another reopen.
+            for (g, p) in GROUPS {
+                let mut store = log.group(g);
+                append(&mut store, vec![blank(2, 21 - p)]).await;
+                store.purge(log_id(1, 10)).await.unwrap();
+            }
+            drop(log);
+            let log = open(&dir, fsync);
+            for (g, p) in GROUPS {
+                let mut store = log.group(g);
+                let state = store.get_log_state().await.unwrap();
+                assert_eq!(state.last_purged_log_id, Some(log_id(1, 10)));
+                assert_eq!(state.last_log_id, Some(log_id(2, 21 - p)));
+                assert_eq!(all_entries(&mut store).await.len() as u64, 11 - p);
+            }
+        }
+    }
 }
 
 #[tokio::test]
-async fn reopen_recovers_everything() {
-    for fsync in [true, false] {
-        let dir = TempDir::new("reopen");
-        {
-            let mut store = FileLogStore::open(Some(dir.path()), fsync).unwrap();
-            write_history(&mut store).await;
-            check_history(&mut store).await;
-        }
-        let mut store = FileLogStore::open(Some(dir.path()), fsync).unwrap();
-        check_history(&mut store).await;
+async fn changes_are_on_disk_when_reported_done() {
+    // A copy of the file taken right after a call returns holds the change: nothing waits for
+    // a later write or for the log to close.
+    let dir = TempDir::new("durable");
+    let log = open(&dir, true);
+    let mut a = log.group(1);
+    let mut b = log.group(2);
+    let copy = |tag: &str| {
+        let to = TempDir::new(tag);
+        std::fs::create_dir_all(log_dir(&to.0)).unwrap();
+        std::fs::copy(log_file(&dir.0), log_file(&to.0)).unwrap();
+        to
+    };
 
-        // The reopened log takes further changes and keeps them across another reopen.
-        append(&mut store, vec![blank(2, 21)]).await;
-        store.purge(log_id(1, 10)).await.unwrap();
-        drop(store);
-        let mut store = FileLogStore::open(Some(dir.path()), fsync).unwrap();
-        let state = store.get_log_state().await.unwrap();
-        assert_eq!(state.last_purged_log_id, Some(log_id(1, 10)));
-        assert_eq!(state.last_log_id, Some(log_id(2, 21)));
-        assert_eq!(all_entries(&mut store).await.len(), 11);
+    append(&mut a, vec![blank(1, 1), blank(1, 2)]).await;
+    let snap = copy("durable-append");
+    assert_eq!(
+        open(&snap, true)
+            .group(1)
+            .get_log_state()
+            .await
+            .unwrap()
+            .last_log_id,
+        Some(log_id(1, 2))
+    );
+
+    b.save_vote(&Vote::new(4, 2)).await.unwrap();
+    let snap = copy("durable-vote");
+    assert_eq!(
+        open(&snap, true).group(2).read_vote().await.unwrap(),
+        Some(Vote::new(4, 2))
+    );
+
+    a.truncate_after(Some(log_id(1, 1))).await.unwrap();
+    let snap = copy("durable-truncate");
+    assert_eq!(
+        ids(&all_entries(&mut open(&snap, true).group(1)).await),
+        vec![log_id(1, 1)]
+    );
+
+    a.purge(log_id(1, 1)).await.unwrap();
+    let snap = copy("durable-purge");
+    let state = open(&snap, true).group(1).get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 1)));
+}
+
+#[tokio::test]
+async fn committed_alone_is_kept() {
+    // A committed log id is not waited for; it still reaches the file when nothing else follows,
+    // within a bounded delay while open and at once when the log closes.
+    let dir = TempDir::new("committed");
+    {
+        let log = open(&dir, false);
+        let mut store = log.group(9);
+        append(&mut store, (1..=3).map(|i| blank(1, i)).collect()).await;
+        let writes = log.writes();
+        store.save_committed(Some(log_id(1, 2))).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while log.writes() == writes {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "committed never written"
+            );
+            tokio::task::yield_now().await;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        store.save_committed(Some(log_id(1, 3))).await.unwrap();
     }
+    let log = open(&dir, false);
+    assert_eq!(
+        log.group(9).read_committed().await.unwrap(),
+        Some(log_id(1, 3))
+    );
 }
 
 #[tokio::test]
 async fn purge_past_the_last_entry_survives_reopen() {
     let dir = TempDir::new("purge-all");
     {
-        let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
+        let log = open(&dir, true);
+        let mut store = log.group(1);
         append(&mut store, (1..=5).map(|i| blank(1, i)).collect()).await;
+        append(&mut log.group(2), (1..=5).map(|i| blank(1, i)).collect()).await;
         store.purge(log_id(2, 9)).await.unwrap();
     }
-    let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
+    let log = open(&dir, true);
+    let mut store = log.group(1);
     let state = store.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(2, 9)));
     assert_eq!(state.last_log_id, Some(log_id(2, 9)));
     assert!(all_entries(&mut store).await.is_empty());
+    // The other group keeps its entries.
+    assert_eq!(all_entries(&mut log.group(2)).await.len(), 5);
 
     append(&mut store, vec![blank(2, 10)]).await;
-    drop(store);
-    let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-    assert_eq!(ids(&all_entries(&mut store).await), vec![log_id(2, 10)]);
+    drop((store, log));
+    let log = open(&dir, true);
+    assert_eq!(
+        ids(&all_entries(&mut log.group(1)).await),
+        vec![log_id(2, 10)]
+    );
 }
 
 #[tokio::test]
 async fn truncate_everything_survives_reopen() {
     let dir = TempDir::new("truncate-all");
     {
-        let mut store = FileLogStore::open(Some(dir.path()), false).unwrap();
-        append(&mut store, (0..=5).map(|i| blank(1, i)).collect()).await;
-        store.truncate_after(None).await.unwrap();
+        let log = open(&dir, false);
+        append(&mut log.group(1), (0..=5).map(|i| blank(1, i)).collect()).await;
+        append(&mut log.group(2), (0..=5).map(|i| blank(1, i)).collect()).await;
+        log.group(1).truncate_after(None).await.unwrap();
     }
-    let mut store = FileLogStore::open(Some(dir.path()), false).unwrap();
-    let state = store.get_log_state().await.unwrap();
+    let log = open(&dir, false);
+    let state = log.group(1).get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, None);
     assert_eq!(state.last_log_id, None);
+    assert_eq!(
+        log.group(2).get_log_state().await.unwrap().last_log_id,
+        Some(log_id(1, 5))
+    );
+}
+
+/// A log with every group's history, then one more entry of group 3, whose record is the last
+/// in the file: returns the file's bytes and where that record starts.
+async fn history_then_last_record() -> (Vec<u8>, usize) {
+    let dir = TempDir::new("torn-src");
+    let log = open(&dir, false);
+    write_interleaved(&log).await;
+    let before = file_len(&log_file(&dir.0));
+    append(&mut log.group(3), vec![normal(2, 20, 64)]).await;
+    drop(log);
+    (std::fs::read(log_file(&dir.0)).unwrap(), before as usize)
+}
+
+/// Opens a log made of `bytes` and checks what it recovered: every group's history, and the
+/// last entry of group 3 only when `last_kept`. Then appends and reopens, to show new records
+/// do not land behind a torn one.
+async fn recover_from(bytes: &[u8], last_kept: bool) {
+    let last_index = if last_kept { 20 } else { 19 };
+    let dir = TempDir::new("torn");
+    std::fs::create_dir_all(log_dir(&dir.0)).unwrap();
+    std::fs::write(log_file(&dir.0), bytes).unwrap();
+    {
+        let log = open(&dir, true);
+        check_recovered(&log, last_index).await;
+        append(&mut log.group(3), vec![blank(3, last_index + 1)]).await;
+    }
+    let log = open(&dir, true);
+    check_recovered(&log, last_index + 1).await;
+}
+
+/// Every group's history, except that group 3 (variant 1, whose history ends at index 19)
+/// ends at `last_index`.
+async fn check_recovered(log: &NodeLog, last_index: u64) {
+    for (g, p) in GROUPS {
+        let mut store = log.group(g);
+        if g != 3 {
+            check_history(&mut store, p).await;
+            continue;
+        }
+        let entries = ids(&all_entries(&mut store).await);
+        assert_eq!(entries.first(), Some(&log_id(1, 5)));
+        assert_eq!(entries.last().map(|l| l.index), Some(last_index));
+        assert_eq!(entries.len() as u64, last_index - 4);
+        assert_eq!(
+            store.read_vote().await.unwrap(),
+            Some(Vote::new_committed(3, 1))
+        );
+        assert_eq!(store.read_committed().await.unwrap(), Some(log_id(1, 11)));
+    }
 }
 
 #[tokio::test]
 async fn torn_tail_is_dropped() {
-    let dir = TempDir::new("torn");
-    {
-        let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-        for i in 1..=10 {
-            append(&mut store, vec![normal(1, i, 32)]).await;
-        }
+    let (bytes, last) = history_then_last_record().await;
+    let end = bytes.len();
+    assert!(end - last > 64, "the last record holds the entry");
+    // A process killed at any point while writing the last record: inside its header, right
+    // after it, inside its payload, one byte short.
+    for cut in [
+        last + 1,
+        last + 4,
+        last + 7,
+        last + 8,
+        last + 9,
+        last + 40,
+        end - 1,
+    ] {
+        recover_from(&bytes[..cut], false).await;
     }
-    // A process killed in the middle of writing the last record.
-    let path = log_file(&dir.0);
-    let len = file_len(&path);
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(len - 5)
-        .unwrap();
-
-    {
-        let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-        let state = store.get_log_state().await.unwrap();
-        assert_eq!(state.last_log_id, Some(log_id(1, 9)));
-        // The torn bytes are cut off, so new records do not land behind them.
-        append(&mut store, vec![normal(2, 10, 32)]).await;
-    }
-    let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-    let entries = all_entries(&mut store).await;
-    assert_eq!(entries.len(), 10);
-    assert_eq!(entries[9].log_id, log_id(2, 10));
+    recover_from(&bytes, true).await;
 }
 
 #[tokio::test]
 async fn zero_filled_tail_is_dropped() {
-    let dir = TempDir::new("zeros");
-    {
-        let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-        append(&mut store, (1..=3).map(|i| blank(1, i)).collect()).await;
-    }
-    // A power loss can leave the file longer than the data that reached the disk.
-    let path = log_file(&dir.0);
-    let len = file_len(&path);
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(len + 100)
-        .unwrap();
+    let (bytes, last) = history_then_last_record().await;
+    // A power loss can leave the file longer than the data that reached the disk: after whole
+    // records, and after a record whose length reached the disk but whose data did not.
+    let mut padded = bytes.clone();
+    padded.extend_from_slice(&[0; 100]);
+    recover_from(&padded, true).await;
 
-    let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-    assert_eq!(
-        store.get_log_state().await.unwrap().last_log_id,
-        Some(log_id(1, 3))
-    );
-    assert_eq!(file_len(&path), len);
+    let mut torn = bytes[..last + 12].to_vec();
+    torn.resize(bytes.len() + 50, 0);
+    recover_from(&torn, false).await;
+
+    // The file is cut back to the whole records.
+    let dir = TempDir::new("zeros");
+    std::fs::create_dir_all(log_dir(&dir.0)).unwrap();
+    std::fs::write(log_file(&dir.0), &padded).unwrap();
+    drop(open(&dir, true));
+    assert_eq!(file_len(&log_file(&dir.0)), bytes.len() as u64);
 }
 
 #[tokio::test]
 async fn damaged_record_before_the_end_fails_to_open() {
-    let dir = TempDir::new("damaged");
-    {
-        let mut store = FileLogStore::open(Some(dir.path()), false).unwrap();
-        for i in 1..=3 {
-            append(&mut store, vec![normal(1, i, 32)]).await;
-        }
+    let (bytes, last) = history_then_last_record().await;
+    for at in [20, bytes.len() / 2, last - 3] {
+        let dir = TempDir::new("damaged");
+        std::fs::create_dir_all(log_dir(&dir.0)).unwrap();
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0xff;
+        std::fs::write(log_file(&dir.0), damaged).unwrap();
+        let err = NodeLog::open(Some(log_dir(&dir.0)), false).err().unwrap();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("log.bin"), "{err}");
+        // Nothing was cut off the damaged file.
+        assert_eq!(file_len(&log_file(&dir.0)), bytes.len() as u64);
     }
-    let path = log_file(&dir.0);
-    let mut bytes = std::fs::read(&path).unwrap();
-    bytes[20] ^= 0xff;
-    std::fs::write(&path, bytes).unwrap();
-
-    let err = FileLogStore::open(Some(dir.path()), false).err().unwrap();
-    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
 }
 
 #[tokio::test]
 async fn damaged_vote_fails_to_open() {
     let dir = TempDir::new("bad-vote");
-    {
-        let mut store = FileLogStore::open(Some(dir.path()), false).unwrap();
-        store.save_vote(&Vote::new(3, 1)).await.unwrap();
-    }
-    let path = dir.0.join("vote.bin");
+    let (from, to) = {
+        let log = open(&dir, false);
+        append(&mut log.group(1), vec![blank(1, 1)]).await;
+        let from = file_len(&log_file(&dir.0));
+        log.group(2).save_vote(&Vote::new(3, 1)).await.unwrap();
+        let to = file_len(&log_file(&dir.0));
+        append(&mut log.group(1), vec![blank(1, 2)]).await;
+        (from as usize, to as usize)
+    };
+    let path = log_file(&dir.0);
     let mut bytes = std::fs::read(&path).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0xff;
+    bytes[(from + to) / 2] ^= 0xff;
     std::fs::write(&path, bytes).unwrap();
-    assert!(FileLogStore::open(Some(dir.path()), false).is_err());
+    assert!(NodeLog::open(Some(log_dir(&dir.0)), false).is_err());
 }
 
-#[tokio::test]
-async fn purged_garbage_is_compacted() {
-    let dir = TempDir::new("compact");
-    let entry_size = 1000;
-    let count = 3 * COMPACT_MIN_BYTES / entry_size as u64;
-    let keep_from = count - 50;
-    {
-        let mut store = FileLogStore::open(Some(dir.path()), false).unwrap();
-        for chunk in (1..=count).collect::<Vec<_>>().chunks(100) {
+/// Returns once the writer finished everything it started before this call, compaction
+/// included: the writer does one thing at a time, and compacts right after the write that made
+/// it due, before it takes the next changes. Saves the group's vote again, which changes nothing.
+async fn writer_caught_up(store: &mut GroupLog) {
+    let vote = store.read_vote().await.unwrap().unwrap_or(Vote::new(1, 1));
+    store.save_vote(&vote).await.unwrap();
+}
+
+/// Appends `count` entries of about `size` bytes to each group, interleaved in chunks.
+async fn fill(log: &NodeLog, groups: &[GroupId], count: u64, size: usize) {
+    for chunk in (1..=count).collect::<Vec<_>>().chunks(100) {
+        for &g in groups {
             append(
-                &mut store,
-                chunk.iter().map(|&i| normal(1, i, entry_size)).collect(),
+                &mut log.group(g),
+                chunk.iter().map(|&i| normal(1, i, size)).collect(),
             )
             .await;
         }
-        let full = file_len(&log_file(&dir.0));
-        assert!(full > 2 * COMPACT_MIN_BYTES);
+    }
+}
 
-        store.purge(log_id(1, keep_from - 1)).await.unwrap();
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_garbage_is_compacted() {
+    let dir = TempDir::new("compact");
+    let entry_size = 1000;
+    let count = COMPACT_MIN_BYTES / entry_size as u64;
+    let keep_from = count - 50;
+    let (a, b, c) = (1, 2, 3);
+    let full;
+    {
+        let log = open(&dir, false);
+        fill(&log, &[a, b, c], count, entry_size).await;
+        for g in [a, b, c] {
+            let mut store = log.group(g);
+            store
+                .save_vote(&Vote::new_committed(g as u64, 1))
+                .await
+                .unwrap();
+            store
+                .save_committed(Some(log_id(1, count - 10)))
+                .await
+                .unwrap();
+        }
+        full = file_len(&log_file(&dir.0));
+        assert!(full > 3 * COMPACT_MIN_BYTES);
+
+        // One group's purge leaves a third of the file dead: not yet worth a rewrite.
+        log.group(a).purge(log_id(1, keep_from - 1)).await.unwrap();
+        writer_caught_up(&mut log.group(c)).await;
+        assert!(file_len(&log_file(&dir.0)) >= full);
+        // A second one makes most of it dead.
+        log.group(b).purge(log_id(1, keep_from - 1)).await.unwrap();
+        writer_caught_up(&mut log.group(c)).await;
         let compacted = file_len(&log_file(&dir.0));
+        let c_bytes = count * entry_size as u64;
         assert!(
-            compacted < 60 * (entry_size as u64 + 100),
-            "log not compacted: {compacted} bytes"
+            compacted > c_bytes && compacted < c_bytes + 150 * (entry_size as u64 + 100),
+            "log not compacted: {compacted} bytes of {full}"
         );
 
         // The compacted file is appended to like any other.
+        let mut store = log.group(a);
         append(&mut store, vec![normal(2, count + 1, entry_size)]).await;
         store.truncate_after(Some(log_id(1, count))).await.unwrap();
         append(&mut store, vec![blank(3, count + 1)]).await;
     }
-    let mut store = FileLogStore::open(Some(dir.path()), false).unwrap();
-    let state = store.get_log_state().await.unwrap();
-    assert_eq!(state.last_purged_log_id, Some(log_id(1, keep_from - 1)));
-    assert_eq!(state.last_log_id, Some(log_id(3, count + 1)));
-    let entries = all_entries(&mut store).await;
-    assert_eq!(entries.len(), 52);
-    assert_eq!(entries[0].log_id, log_id(1, keep_from));
-    assert!(matches!(&entries[0].payload, EntryPayload::Normal(p) if p.ts == keep_from * 1000));
+    let log = open(&dir, false);
+    for g in [a, b, c] {
+        let mut store = log.group(g);
+        let state = store.get_log_state().await.unwrap();
+        let entries = all_entries(&mut store).await;
+        if g == c {
+            assert_eq!(state.last_purged_log_id, None);
+            assert_eq!(entries.len() as u64, count);
+        } else {
+            assert_eq!(state.last_purged_log_id, Some(log_id(1, keep_from - 1)));
+            assert_eq!(entries[0].log_id, log_id(1, keep_from));
+            assert!(
+                matches!(&entries[0].payload, EntryPayload::Normal(p) if p.ts == keep_from * 1000)
+            );
+        }
+        if g == a {
+            assert_eq!(state.last_log_id, Some(log_id(3, count + 1)));
+            assert_eq!(entries.len(), 52);
+        } else {
+            assert_eq!(state.last_log_id, Some(log_id(1, count)));
+        }
+        assert_eq!(
+            store.read_vote().await.unwrap(),
+            Some(Vote::new_committed(g as u64, 1))
+        );
+        assert_eq!(
+            store.read_committed().await.unwrap(),
+            Some(log_id(1, count - 10))
+        );
+    }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncated_garbage_is_compacted() {
     let dir = TempDir::new("compact-truncate");
     let entry_size = 1000;
-    let count = 3 * COMPACT_MIN_BYTES / entry_size as u64;
+    let count = 2 * COMPACT_MIN_BYTES / entry_size as u64;
     {
-        let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-        for chunk in (1..=count).collect::<Vec<_>>().chunks(200) {
-            append(
-                &mut store,
-                chunk.iter().map(|&i| normal(1, i, entry_size)).collect(),
-            )
-            .await;
-        }
-        store.truncate_after(Some(log_id(1, 10))).await.unwrap();
-        assert!(file_len(&log_file(&dir.0)) < 20 * (entry_size as u64 + 100));
+        let log = open(&dir, true);
+        fill(&log, &[4, 8], count, entry_size).await;
+        log.group(4)
+            .truncate_after(Some(log_id(1, 10)))
+            .await
+            .unwrap();
+        log.group(8)
+            .truncate_after(Some(log_id(1, 20)))
+            .await
+            .unwrap();
+        writer_caught_up(&mut log.group(8)).await;
+        assert!(file_len(&log_file(&dir.0)) < 40 * (entry_size as u64 + 100));
     }
-    let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
-    assert_eq!(
-        ids(&all_entries(&mut store).await),
-        (1..=10).map(|i| log_id(1, i)).collect::<Vec<_>>()
-    );
+    let log = open(&dir, true);
+    for (g, last) in [(4, 10), (8, 20)] {
+        assert_eq!(
+            ids(&all_entries(&mut log.group(g)).await),
+            (1..=last).map(|i| log_id(1, i)).collect::<Vec<_>>()
+        );
+    }
 }
 
 #[tokio::test]
 async fn in_memory_mode() {
-    let mut store = FileLogStore::open(None, false).unwrap();
-    let mut reader = store.get_log_reader().await;
-    write_history(&mut store).await;
-    check_history(&mut store).await;
+    let log = NodeLog::open(None, false).unwrap();
+    let mut reader = log.group(42).get_log_reader().await;
+    write_interleaved(&log).await;
+    check_all(&log).await;
     // A reader taken before the writes sees them.
-    assert_eq!(reader.try_get_log_entries(19..=20).await.unwrap().len(), 2);
+    assert_eq!(reader.try_get_log_entries(17..=18).await.unwrap().len(), 2);
     assert_eq!(
         reader.read_vote().await.unwrap(),
-        Some(Vote::new_committed(2, 1))
+        Some(Vote::new_committed(4, 1))
     );
+    assert_eq!(log.writes(), 0);
 }
 
 #[tokio::test]
 async fn flushed_callback_fires_once_data_is_written() {
     let dir = TempDir::new("callback");
-    let mut store = FileLogStore::open(Some(dir.path()), true).unwrap();
+    let log = open(&dir, true);
+    let mut store = log.group(0);
     let (tx, rx) = TypeConfig::oneshot();
     store
         .append(vec![blank(1, 1), blank(1, 2)], IOFlushed::signal(tx))
@@ -415,4 +754,114 @@ async fn flushed_callback_fires_once_data_is_written() {
     assert_eq!(all_entries(&mut store).await.len(), 2);
     rx.await.unwrap().unwrap();
     assert!(file_len(&log_file(&dir.0)) > 0);
+}
+
+#[tokio::test]
+async fn fsync_mode_syncs_and_the_other_does_not() {
+    for fsync in [true, false] {
+        let dir = TempDir::new("fsync");
+        {
+            let log = open(&dir, fsync);
+            write_interleaved(&log).await;
+            assert!(log.writes() > 0);
+            if fsync {
+                // Every write someone waits for is fsynced; a committed log id alone is not.
+                assert!(log.syncs() > 0 && log.syncs() <= log.writes());
+            } else {
+                assert_eq!(log.syncs(), 0);
+            }
+        }
+        check_all(&open(&dir, fsync)).await;
+    }
+}
+
+/// `groups` tasks each issue `per_group` appends of one entry to their own group of one log, all
+/// at once, and wait for every flush; returns the writes the log made.
+async fn concurrent_appends(dir: &TempDir, fsync: bool, groups: u32, per_group: u64) -> u64 {
+    let log = open(dir, fsync);
+    let writes_before = log.writes();
+    let start = Arc::new(tokio::sync::Barrier::new(groups as usize));
+    let tasks: Vec<_> = (0..groups)
+        .map(|g| {
+            let mut store = log.group(g);
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut flushed = Vec::new();
+                for i in 1..=per_group {
+                    let (tx, rx) = TypeConfig::oneshot();
+                    store
+                        .append(vec![normal(1, i, 32)], IOFlushed::signal(tx))
+                        .await
+                        .unwrap();
+                    flushed.push(rx);
+                }
+                for rx in flushed {
+                    rx.await.unwrap().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let writes = log.writes() - writes_before;
+    for g in 0..groups {
+        assert_eq!(all_entries(&mut log.group(g)).await.len() as u64, per_group);
+    }
+    drop(log);
+    let log = open(dir, fsync);
+    for g in 0..groups {
+        assert_eq!(
+            all_entries(&mut log.group(g)).await.last().unwrap().log_id,
+            log_id(1, per_group)
+        );
+    }
+    writes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_groups_share_writes() {
+    let (groups, per_group) = (8, 200);
+    let appends = u64::from(groups) * per_group;
+    for fsync in [true, false] {
+        let dir = TempDir::new("batch");
+        let writes = concurrent_appends(&dir, fsync, groups, per_group).await;
+        println!("fsync={fsync}: {appends} appends from {groups} groups took {writes} writes");
+        assert!(writes < appends, "{writes} writes for {appends} appends");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_open_waits_for_the_first_to_close() {
+    let dir = TempDir::new("lock");
+    let first = open(&dir, false);
+    append(&mut first.group(1), vec![blank(1, 1)]).await;
+    let opened = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let second = {
+        let path = log_dir(&dir.0);
+        let opened = opened.clone();
+        std::thread::spawn(move || {
+            started_tx.send(()).unwrap();
+            let log = NodeLog::open(Some(path), false);
+            opened.store(true, Ordering::SeqCst);
+            log
+        })
+    };
+    started_rx.recv().unwrap();
+    // Give the second open a chance to get ahead; it must not while the first is open.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(
+        !opened.load(Ordering::SeqCst),
+        "two logs open on one directory"
+    );
+    // The last change before closing is in the file the second one reads.
+    append(&mut first.group(1), vec![blank(1, 2)]).await;
+    drop(first);
+    let second = second.join().unwrap().unwrap();
+    assert_eq!(
+        second.group(1).get_log_state().await.unwrap().last_log_id,
+        Some(log_id(1, 2))
+    );
 }

@@ -1,72 +1,125 @@
-//! A Raft group's durable log storage: the log entries, the vote, the committed log id and the
-//! last purged log id, kept in one directory and recovered when the group reopens.
+//! The node's Raft log: every group's log entries, vote, committed log id and last purged log
+//! id in one append-only file, written by one writer thread, and recovered when the node
+//! restarts.
 //!
-//! Every unpurged entry is held in memory (openraft purges the log after each snapshot, so this
-//! stays bounded) and reads never touch the disk. Writes go to disk on a writer thread owned by
-//! the store, in the order they were issued, so `append` returns as soon as the entries are in
-//! memory and the flush, with its fsync, runs off the async runtime. Appends that queue up while
-//! the writer is busy are written and fsynced together.
+//! A node holds replicas of many groups. Giving each group its own files and writer would cost
+//! one write and one fsync per group per turn; here a single writer takes every change queued by
+//! every group since its last wake-up and writes them with one `write` (and, with fsync, one
+//! `fdatasync`), then reports each change done. [`NodeLog`] owns the file and the writer;
+//! [`NodeLog::group`] hands out a group's [`GroupLog`], which is that group's openraft log
+//! storage and log reader.
 //!
-//! Directory layout:
+//! Every unpurged entry of every group is held in memory (openraft purges a group's log after
+//! each snapshot, so this stays bounded) and reads never touch the disk. `append` returns as
+//! soon as the entries are in memory and queued; openraft learns they are durable through the
+//! append's callback. A vote, truncate or purge returns only once it is written (and fsynced
+//! with fsync on). A committed log id is not waited for: it is written with the next batch
+//! that carries anything else, or after at most `COMMITTED_EVERY` when nothing else comes.
 //!
-//! - `log.bin`: append-only records, each `[len: u32 LE][crc: u32 LE][payload]`, where the crc is
-//!   CRC-32C over the length bytes and the payload, and the payload is a bincode-encoded
-//!   `Record`: an entry, "truncate after index N" or "purge up to log id L". Replaying the
-//!   records in order rebuilds the log. When more than half of a file past `COMPACT_MIN_BYTES`
-//!   is dead (purged, truncated or overwritten entries and old markers), it is rewritten as the
-//!   latest purge marker followed by the live entries, through a temporary file and a rename.
-//! - `vote.bin`, `committed.bin`: `[crc: u32 LE][bincode payload]`, replaced atomically by
-//!   writing a temporary file and renaming it over the old one.
+//! Directory layout (the `raft-log/` folder of the data dir):
 //!
-//! A process killed in the middle of an append leaves a torn last record; replay recognises it
-//! (incomplete, or a bad checksum followed only by zeros, as a power loss can leave) and drops
-//! it. A bad checksum followed by more data is corruption and opening fails rather than
-//! silently forgetting entries that may already be committed.
+//! - `log.bin`: append-only records, each `[len: u32 LE][len_crc: u32 LE][crc: u32 LE][payload]`,
+//!   where `len_crc` is CRC-32C over the length bytes (so a damaged length is told apart from a
+//!   record cut short), `crc` is CRC-32C over the length bytes and the payload, and the payload
+//!   is a bincode-encoded `Record`: a group id and one change to that group's log. A change is
+//!   an entry, "truncate after index N", "purge up to log id L", a vote or a committed log id.
+//!   Replaying the records in order, each to its own group, rebuilds every group's log; for
+//!   votes and committed log ids the latest record of a group wins. This is an on-disk format:
+//!   `Record`, `Change` and the types they carry must keep their encoding.
+//! - `log.bin.tmp`: a compacted copy being written; removed when found at open.
+//! - `lock`: empty; the open log holds an exclusive lock on it (see below).
+//!
+//! Compaction: groups purge at different times, so one file gathers dead records (purged,
+//! truncated or overwritten entries, superseded votes, committed ids and purge markers). When
+//! more than half of a file past `COMPACT_MIN_BYTES` is dead, the writer rewrites it as, for
+//! each group, its latest purge marker, vote and committed log id followed by its live
+//! entries, into `log.bin.tmp`, which is renamed over `log.bin` (with fsync on, the copy is
+//! fsynced before the rename and the directory after it). A crash at any point leaves the old
+//! file or the new one, both whole.
+//!
+//! A process killed in the middle of a write leaves a torn last record; replay recognises it
+//! (cut short, or a bad checksum followed only by zeros, as a power loss can leave) and drops
+//! it, cutting the file back to the last whole record. A bad checksum followed by more data is
+//! corruption and opening fails rather than silently forgetting entries that may already be
+//! committed.
+//!
+//! Only one `NodeLog` may have a directory open at a time, as the writer alone knows where each
+//! record sits in the file. A node opens it once at start; the log stays open until it and
+//! every group's handle are dropped, and the writer has finished the queued writes. Opening
+//! waits up to `LOCK_WAIT` for a previous owner (a node of the same process that is still
+//! stopping) to let go, then fails.
 
-use crate::cluster::typ::{Entry, LogId, LogState, TypeConfig, Vote};
+use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
 use openraft::OptionalSend;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 const LOG_FILE: &str = "log.bin";
 const LOG_TMP: &str = "log.bin.tmp";
-const VOTE_FILE: &str = "vote.bin";
-const COMMITTED_FILE: &str = "committed.bin";
+const LOCK_FILE: &str = "lock";
 
-/// Record header: payload length and checksum.
-const HEADER: usize = 8;
+/// How long opening waits for the directory's previous owner to close it.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Record header: payload length, the length's checksum and the record's checksum.
+const HEADER: usize = 12;
 
 /// Below this size the log file is never rewritten: dead records in a small file cost less than
 /// copying it.
 pub const COMPACT_MIN_BYTES: u64 = 1 << 20;
 
+/// A committed log id waits at most this long for other changes to share its write. It only
+/// shortens recovery (entries up to it are re-applied at start; later ones are committed again
+/// by the leader), so writing it on its own for every commit would cost a write for nothing.
+const COMMITTED_EVERY: Duration = Duration::from_millis(100);
+
 /// One record of `log.bin`, as decoded on replay.
 #[derive(Deserialize)]
-enum Record {
+struct Record {
+    group: GroupId,
+    change: Change,
+}
+
+/// One change to a group's log.
+#[derive(Deserialize)]
+enum Change {
     /// An entry; it replaces any entry at its index or above, so the log never has a hole.
     Entry(Entry),
     /// Drops every entry above the index (every entry when None).
     TruncateAfter(Option<u64>),
     /// Drops every entry up to and including the log id's index.
     Purge(LogId),
+    Vote(Vote),
+    Committed(Option<LogId>),
 }
 
-/// The same records as [`Record`], borrowed for encoding; the variants must stay in the same
-/// order because bincode identifies a variant by its position.
+/// The same record as [`Record`], borrowed for encoding: the fields must stay in the same order
+/// and the variants of [`ChangeRef`] in the order of [`Change`]'s, because bincode writes fields
+/// by position and identifies a variant by its position.
 #[derive(Serialize)]
-enum RecordRef<'a> {
+struct RecordRef<'a> {
+    group: GroupId,
+    change: ChangeRef<'a>,
+}
+
+#[derive(Serialize)]
+enum ChangeRef<'a> {
     Entry(&'a Entry),
     TruncateAfter(Option<u64>),
     Purge(&'a LogId),
+    Vote(&'a Vote),
+    Committed(Option<&'a LogId>),
 }
 
 fn bincode_cfg() -> bincode::config::Configuration {
@@ -121,22 +174,24 @@ fn crc32c(parts: &[&[u8]]) -> u32 {
 }
 
 /// Appends one framed record to `out` and returns its size on disk.
-fn push_record(out: &mut Vec<u8>, rec: &RecordRef<'_>) -> io::Result<u64> {
+fn push_record(out: &mut Vec<u8>, group: GroupId, change: ChangeRef<'_>) -> io::Result<u64> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
-    bincode::serde::encode_into_std_write(rec, out, bincode_cfg()).map_err(invalid_data)?;
+    let rec = RecordRef { group, change };
+    bincode::serde::encode_into_std_write(&rec, out, bincode_cfg()).map_err(invalid_data)?;
     let payload_len = out.len() - start - HEADER;
     let len = u32::try_from(payload_len).map_err(|_| invalid_data("raft log record over 4 GiB"))?;
     let len_bytes = len.to_le_bytes();
     let crc = crc32c(&[&len_bytes, &out[start + HEADER..]]);
     out[start..start + 4].copy_from_slice(&len_bytes);
-    out[start + 4..start + HEADER].copy_from_slice(&crc.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc32c(&[&len_bytes]).to_le_bytes());
+    out[start + 8..start + HEADER].copy_from_slice(&crc.to_le_bytes());
     Ok((out.len() - start) as u64)
 }
 
-fn encode_record(rec: &RecordRef<'_>) -> io::Result<Vec<u8>> {
+fn encode_record(group: GroupId, change: ChangeRef<'_>) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    push_record(&mut out, rec)?;
+    push_record(&mut out, group, change)?;
     Ok(out)
 }
 
@@ -153,23 +208,31 @@ enum Frame<'a> {
 }
 
 fn read_frame(rest: &[u8]) -> Frame<'_> {
-    let Some(&[l0, l1, l2, l3, c0, c1, c2, c3]) = rest.get(..HEADER) else {
+    let Some(&[l0, l1, l2, l3, h0, h1, h2, h3, c0, c1, c2, c3]) = rest.get(..HEADER) else {
         return Frame::Torn;
     };
     let len_bytes = [l0, l1, l2, l3];
+    // A crash can leave a record whose start made it to disk but whose rest did not, padded
+    // with zeros up to the file size; anything else after a bad record is real damage.
+    let torn_unless_data_from = |at: usize| {
+        if rest.get(at..).unwrap_or_default().iter().all(|&b| b == 0) {
+            Frame::Torn
+        } else {
+            Frame::Corrupt
+        }
+    };
+    if crc32c(&[&len_bytes]) != u32::from_le_bytes([h0, h1, h2, h3]) {
+        return torn_unless_data_from(HEADER);
+    }
+    // The length is the one written, so a record shorter than it was cut short by a crash.
     let size = HEADER.saturating_add(u32::from_le_bytes(len_bytes) as usize);
     let Some(payload) = rest.get(HEADER..size) else {
         return Frame::Torn;
     };
     if crc32c(&[&len_bytes, payload]) == u32::from_le_bytes([c0, c1, c2, c3]) {
-        return Frame::Record { payload, size };
-    }
-    // A crash can leave a record whose length made it to disk but whose data did not, padded
-    // with zeros up to the file size; anything else after a bad record is real damage.
-    if rest.get(size..).unwrap_or_default().iter().all(|&b| b == 0) {
-        Frame::Torn
+        Frame::Record { payload, size }
     } else {
-        Frame::Corrupt
+        torn_unless_data_from(size)
     }
 }
 
@@ -203,7 +266,7 @@ fn put<V>(map: &mut BTreeMap<u64, V>, index: u64, value: V) -> BTreeMap<u64, V> 
     removed
 }
 
-/// The log as readers see it, plus the small pieces of state saved beside it.
+/// One group's log as readers see it, plus the small pieces of state saved beside it.
 #[derive(Default)]
 struct Mem {
     entries: BTreeMap<u64, Entry>,
@@ -224,46 +287,71 @@ impl Mem {
 /// Log index -> (offset, size) of the entry's record in `log.bin`.
 type Locations = BTreeMap<u64, (u64, u64)>;
 
-/// Where the live records sit in `log.bin`, so compaction can copy them without decoding.
+/// Where one group's live records sit in `log.bin`: compaction copies them without decoding.
+#[derive(Default)]
+struct GroupIndex {
+    entries: Locations,
+    /// The latest purge marker and its framed record.
+    purged: Option<(LogId, Vec<u8>)>,
+    /// The framed records of the latest vote and committed log id.
+    vote: Option<Vec<u8>>,
+    committed: Option<Vec<u8>>,
+}
+
+/// Every group's live records, and how many bytes of the file they take; the rest is dead.
 #[derive(Default)]
 struct DiskIndex {
-    live: Locations,
+    groups: BTreeMap<GroupId, GroupIndex>,
     live_bytes: u64,
-    /// The latest purge marker and its framed record, which heads a compacted file.
-    purged: Option<(LogId, Vec<u8>)>,
+}
+
+fn record_bytes(removed: &Locations) -> u64 {
+    removed.values().map(|&(_, size)| size).sum()
 }
 
 impl DiskIndex {
-    fn forget(&mut self, removed: Locations) {
-        let bytes: u64 = removed.values().map(|&(_, size)| size).sum();
-        self.live_bytes = self.live_bytes.saturating_sub(bytes);
+    fn entry(&mut self, group: GroupId, index: u64, offset: u64, size: u64) {
+        let g = self.groups.entry(group).or_default();
+        let removed = put(&mut g.entries, index, (offset, size));
+        self.live_bytes = self.live_bytes.saturating_sub(record_bytes(&removed)) + size;
     }
 
-    fn entry(&mut self, index: u64, offset: u64, size: u64) {
-        let removed = put(&mut self.live, index, (offset, size));
-        self.forget(removed);
-        self.live_bytes += size;
+    fn truncate_after(&mut self, group: GroupId, after: Option<u64>) {
+        let g = self.groups.entry(group).or_default();
+        let removed = cut_after(&mut g.entries, after);
+        self.live_bytes = self.live_bytes.saturating_sub(record_bytes(&removed));
     }
 
-    fn truncate_after(&mut self, after: Option<u64>) {
-        let removed = cut_after(&mut self.live, after);
-        self.forget(removed);
-    }
-
-    fn purge(&mut self, log_id: &LogId, record: &[u8]) {
-        let removed = cut_upto(&mut self.live, log_id.index);
-        self.forget(removed);
-        if self.purged.as_ref().is_none_or(|(p, _)| p < log_id) {
-            self.purged = Some((*log_id, record.to_vec()));
+    fn purge(&mut self, group: GroupId, log_id: &LogId, record: &[u8]) {
+        let g = self.groups.entry(group).or_default();
+        let removed = cut_upto(&mut g.entries, log_id.index);
+        self.live_bytes = self.live_bytes.saturating_sub(record_bytes(&removed));
+        if g.purged.as_ref().is_none_or(|(p, _)| p < log_id) {
+            let old = g.purged.replace((*log_id, record.to_vec()));
+            let old_len = old.map_or(0, |(_, r)| r.len() as u64);
+            self.live_bytes = self.live_bytes.saturating_sub(old_len) + record.len() as u64;
         }
+    }
+
+    fn vote(&mut self, group: GroupId, record: &[u8]) {
+        let g = self.groups.entry(group).or_default();
+        let old = g.vote.replace(record.to_vec());
+        let old_len = old.map_or(0, |r| r.len() as u64);
+        self.live_bytes = self.live_bytes.saturating_sub(old_len) + record.len() as u64;
+    }
+
+    fn committed(&mut self, group: GroupId, record: &[u8]) {
+        let g = self.groups.entry(group).or_default();
+        let old = g.committed.replace(record.to_vec());
+        let old_len = old.map_or(0, |r| r.len() as u64);
+        self.live_bytes = self.live_bytes.saturating_sub(old_len) + record.len() as u64;
     }
 }
 
 /// The result of replaying `log.bin`.
 #[derive(Default)]
 struct Replayed {
-    entries: BTreeMap<u64, Entry>,
-    last_purged: Option<LogId>,
+    groups: BTreeMap<GroupId, Mem>,
     index: DiskIndex,
     /// Bytes up to the end of the last intact record.
     valid_len: u64,
@@ -271,7 +359,6 @@ struct Replayed {
 
 fn replay(bytes: &[u8]) -> io::Result<Replayed> {
     let mut out = Replayed::default();
-    let mut mem = Mem::default();
     let mut pos = 0usize;
     while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) {
         let (payload, size) = match read_frame(rest) {
@@ -291,26 +378,34 @@ fn replay(bytes: &[u8]) -> io::Result<Replayed> {
                 "{LOG_FILE}: record at offset {pos} has trailing bytes"
             )));
         }
-        match record {
-            Record::Entry(entry) => {
+        let framed = rest.get(..size).unwrap_or_default();
+        let group = record.group;
+        let mem = out.groups.entry(group).or_default();
+        match record.change {
+            Change::Entry(entry) => {
                 let index = entry.log_id.index;
-                out.index.entry(index, pos as u64, size as u64);
+                out.index.entry(group, index, pos as u64, size as u64);
                 put(&mut mem.entries, index, entry);
             }
-            Record::TruncateAfter(after) => {
-                out.index.truncate_after(after);
+            Change::TruncateAfter(after) => {
+                out.index.truncate_after(group, after);
                 cut_after(&mut mem.entries, after);
             }
-            Record::Purge(log_id) => {
-                out.index
-                    .purge(&log_id, rest.get(..size).unwrap_or_default());
+            Change::Purge(log_id) => {
+                out.index.purge(group, &log_id, framed);
                 mem.purge(&log_id);
+            }
+            Change::Vote(vote) => {
+                out.index.vote(group, framed);
+                mem.vote = Some(vote);
+            }
+            Change::Committed(committed) => {
+                out.index.committed(group, framed);
+                mem.committed = committed;
             }
         }
         pos += size;
     }
-    out.entries = mem.entries;
-    out.last_purged = mem.last_purged;
     out.valid_len = pos as u64;
     Ok(out)
 }
@@ -324,47 +419,33 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn encode_small<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
-    let payload = bincode::serde::encode_to_vec(value, bincode_cfg()).map_err(invalid_data)?;
-    let mut out = Vec::with_capacity(4 + payload.len());
-    out.extend_from_slice(&crc32c(&[&payload]).to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(out)
-}
-
-/// Reads a file written by [`write_small`]; None when it does not exist.
-fn read_small<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let bad = || invalid_data(format!("{}: damaged", path.display()));
-    let Some((crc, payload)) = bytes.split_first_chunk::<4>() else {
-        return Err(bad());
-    };
-    if crc32c(&[payload]) != u32::from_le_bytes(*crc) {
-        return Err(bad());
+/// Takes the exclusive lock of `dir`, held until the returned file is closed.
+fn lock_dir(dir: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!("{}: the raft log is open elsewhere", dir.display()),
+                ));
+            }
+            Err(fs::TryLockError::Error(e)) if e.kind() == io::ErrorKind::Unsupported => {
+                tracing::warn!(dir = %dir.display(), "file locks unsupported here; raft log unlocked");
+                return Ok(file);
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(e),
+        }
     }
-    let (value, _): (T, usize) = bincode::serde::decode_from_slice(payload, bincode_cfg())
-        .map_err(|e| invalid_data(format!("{}: {e}", path.display())))?;
-    Ok(Some(value))
-}
-
-/// Replaces `dir/name` with `bytes`: a reader sees the old or the new content, never a mix.
-fn write_small(dir: &Path, name: &str, bytes: &[u8], fsync: bool) -> io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    if fsync {
-        f.sync_all()?;
-    }
-    drop(f);
-    fs::rename(&tmp, dir.join(name))?;
-    if fsync {
-        sync_dir(dir)?;
-    }
-    Ok(())
 }
 
 fn open_log_file(path: &Path) -> io::Result<File> {
@@ -375,34 +456,63 @@ fn open_log_file(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Work for the writer thread, in issue order.
+/// Work for the writer thread; a group's jobs arrive in the order its memory changed.
 enum Job {
     Append {
+        group: GroupId,
         bytes: Vec<u8>,
         /// (log index, record size) of each entry in `bytes`, in order.
         records: Vec<(u64, u64)>,
         done: IOFlushed<TypeConfig>,
     },
     Committed {
+        group: GroupId,
         bytes: Vec<u8>,
     },
     Vote {
+        group: GroupId,
         bytes: Vec<u8>,
         done: oneshot::Sender<io::Result<()>>,
     },
     Truncate {
+        group: GroupId,
         bytes: Vec<u8>,
         after: Option<u64>,
         done: oneshot::Sender<io::Result<()>>,
     },
     Purge {
+        group: GroupId,
         bytes: Vec<u8>,
         log_id: LogId,
         done: oneshot::Sender<io::Result<()>>,
     },
 }
 
-/// Owns the files; runs on its own thread.
+/// Someone waiting for the batch their change is in to reach the disk.
+enum Waiter {
+    Flushed(IOFlushed<TypeConfig>),
+    Done(oneshot::Sender<io::Result<()>>),
+}
+
+impl Waiter {
+    fn complete(self, res: io::Result<()>) {
+        match self {
+            Waiter::Flushed(done) => done.io_completed(res),
+            Waiter::Done(done) => {
+                let _ = done.send(res);
+            }
+        }
+    }
+}
+
+/// Counts of what the writer did, for tests and benches.
+#[derive(Default)]
+struct Stats {
+    writes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+/// Owns the file; runs on its own thread.
 struct LogWriter {
     dir: PathBuf,
     fsync: bool,
@@ -412,48 +522,48 @@ struct LogWriter {
     /// After a failed write the on-disk log no longer matches what openraft was told, so every
     /// later write fails too.
     failed: Option<io::Error>,
-    /// Appended records not yet written, and the callbacks waiting for them.
-    pending: Vec<u8>,
-    pending_done: Vec<IOFlushed<TypeConfig>>,
-    /// The latest committed log id not yet written; only the newest one matters.
-    pending_committed: Option<Vec<u8>>,
-    /// When the committed log id was last written.
-    committed_written: Option<std::time::Instant>,
+    /// The records of this batch, and who waits for them.
+    batch: Vec<u8>,
+    waiters: Vec<Waiter>,
+    /// The latest committed log id of each group not yet written (only the newest one
+    /// matters), and since when the oldest of them waits.
+    committed: BTreeMap<GroupId, Vec<u8>>,
+    committed_since: Option<Instant>,
+    /// No compaction is tried before the file reaches this size again after one failed.
+    compact_from: u64,
+    stats: Arc<Stats>,
+    /// Holds the directory's lock while the writer runs.
+    _lock: File,
 }
-
-/// The committed log id is rewritten at most this often. It only shortens recovery (entries up
-/// to it are re-applied at start; later ones are committed again by the leader), so writing it
-/// for every batch of entries would cost a file replacement per write for nothing.
-const COMMITTED_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl LogWriter {
     fn run(mut self, rx: mpsc::Receiver<Job>) {
         loop {
             // With a committed log id waiting, wake up in time to write it even when idle.
-            let job = if self.pending_committed.is_some() {
-                match rx.recv_timeout(COMMITTED_EVERY) {
-                    Ok(job) => Some(job),
-                    Err(mpsc::RecvTimeoutError::Timeout) => None,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match rx.recv() {
+            let job = match self.committed_since {
+                None => match rx.recv() {
                     Ok(job) => Some(job),
                     Err(_) => break,
+                },
+                Some(since) => {
+                    match rx.recv_timeout(COMMITTED_EVERY.saturating_sub(since.elapsed())) {
+                        Ok(job) => Some(job),
+                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    }
                 }
             };
             if let Some(job) = job {
-                self.handle(job);
-                // Whatever queued up meanwhile shares one write and one fsync.
+                self.take(job);
+                // Whatever every group queued meanwhile shares one write and one fsync.
                 while let Ok(job) = rx.try_recv() {
-                    self.handle(job);
+                    self.take(job);
                 }
             }
-            let _ = self.flush();
+            self.flush(false);
         }
-        // Closing: write the last committed log id whatever its age.
-        self.committed_written = None;
-        let _ = self.flush();
+        // Closing: write the last committed log ids whatever their age.
+        self.flush(true);
     }
 
     fn check(&self) -> io::Result<()> {
@@ -470,160 +580,185 @@ impl LogWriter {
         copy
     }
 
-    fn handle(&mut self, job: Job) {
+    /// The offset in the file the next record of this batch will have.
+    fn next_offset(&self) -> u64 {
+        self.len + self.batch.len() as u64
+    }
+
+    /// Adds a job's records to the batch.
+    fn take(&mut self, job: Job) {
+        if let Err(e) = self.check() {
+            match job {
+                Job::Append { done, .. } => done.io_completed(Err(e)),
+                Job::Committed { .. } => {}
+                Job::Vote { done, .. } | Job::Truncate { done, .. } | Job::Purge { done, .. } => {
+                    let _ = done.send(Err(e));
+                }
+            }
+            return;
+        }
         match job {
             Job::Append {
+                group,
                 bytes,
                 records,
                 done,
             } => {
-                if let Err(e) = self.check() {
-                    done.io_completed(Err(e));
-                    return;
-                }
-                let mut offset = self.len + self.pending.len() as u64;
+                let mut offset = self.next_offset();
                 for (index, size) in records {
-                    self.index.entry(index, offset, size);
+                    self.index.entry(group, index, offset, size);
                     offset += size;
                 }
-                if self.pending.is_empty() {
-                    self.pending = bytes;
-                } else {
-                    self.pending.extend_from_slice(&bytes);
-                }
-                self.pending_done.push(done);
+                self.batch.extend_from_slice(&bytes);
+                self.waiters.push(Waiter::Flushed(done));
             }
-            Job::Committed { bytes } => self.pending_committed = Some(bytes),
-            Job::Vote { bytes, done } => {
-                let res = self.flush().and_then(|()| {
-                    write_small(&self.dir, VOTE_FILE, &bytes, self.fsync).map_err(|e| self.fail(e))
-                });
-                let _ = done.send(res);
+            Job::Committed { group, bytes } => {
+                self.committed.insert(group, bytes);
+                self.committed_since.get_or_insert_with(Instant::now);
             }
-            Job::Truncate { bytes, after, done } => {
-                let res = self
-                    .flush()
-                    .and_then(|()| self.write_marker(&bytes))
-                    .map(|()| {
-                        self.index.truncate_after(after);
-                        self.maybe_compact();
-                    });
-                let _ = done.send(res);
+            Job::Vote { group, bytes, done } => {
+                self.index.vote(group, &bytes);
+                self.batch.extend_from_slice(&bytes);
+                self.waiters.push(Waiter::Done(done));
+            }
+            Job::Truncate {
+                group,
+                bytes,
+                after,
+                done,
+            } => {
+                self.index.truncate_after(group, after);
+                self.batch.extend_from_slice(&bytes);
+                self.waiters.push(Waiter::Done(done));
             }
             Job::Purge {
+                group,
                 bytes,
                 log_id,
                 done,
             } => {
-                let res = self
-                    .flush()
-                    .and_then(|()| self.write_marker(&bytes))
-                    .map(|()| {
-                        self.index.purge(&log_id, &bytes);
-                        self.maybe_compact();
-                    });
-                let _ = done.send(res);
+                self.index.purge(group, &log_id, &bytes);
+                self.batch.extend_from_slice(&bytes);
+                self.waiters.push(Waiter::Done(done));
             }
         }
     }
 
-    /// Writes the pending appends, then the pending committed log id, and reports to the
-    /// appends' callbacks. Committed goes second so it never names an entry missing on disk.
-    fn flush(&mut self) -> io::Result<()> {
-        let res = self.flush_inner();
-        for done in self.pending_done.drain(..) {
-            done.io_completed(res.as_ref().map(|_| ()).map_err(copy_err));
+    /// Writes the batch with one write (and one fsync when someone waits for it), then reports
+    /// to everyone waiting. Committed log ids ride along with any other change, or go on their
+    /// own once they waited `COMMITTED_EVERY`; they go after the batch's entries, so a committed
+    /// log id never names an entry missing on disk.
+    fn flush(&mut self, closing: bool) {
+        let committed_due = closing
+            || !self.batch.is_empty()
+            || self
+                .committed_since
+                .is_some_and(|t| t.elapsed() >= COMMITTED_EVERY);
+        if committed_due {
+            for (group, bytes) in std::mem::take(&mut self.committed) {
+                self.index.committed(group, &bytes);
+                self.batch.extend_from_slice(&bytes);
+            }
+            self.committed_since = None;
         }
-        res
+        if self.batch.is_empty() {
+            return;
+        }
+        // Committed log ids alone need not be durable; the next fsync covers them.
+        let sync = self.fsync && (closing || !self.waiters.is_empty());
+        let res = self.write_batch(sync);
+        for waiter in self.waiters.drain(..) {
+            waiter.complete(res.as_ref().map(|_| ()).map_err(copy_err));
+        }
+        if res.is_ok() {
+            self.maybe_compact();
+        }
     }
 
-    fn flush_inner(&mut self) -> io::Result<()> {
-        self.check()?;
-        if !self.pending.is_empty() {
-            let res = self.file.write_all(&self.pending).and_then(|()| {
-                if self.fsync {
+    /// Writes the batch and empties it, whatever the outcome.
+    fn write_batch(&mut self, sync: bool) -> io::Result<()> {
+        let res = self.check().and_then(|()| {
+            let res = self.file.write_all(&self.batch).and_then(|()| {
+                if sync {
                     self.file.sync_data()?;
+                    self.stats.syncs.fetch_add(1, Ordering::Relaxed);
                 }
                 Ok(())
             });
-            self.len += self.pending.len() as u64;
-            self.pending.clear();
-            res.map_err(|e| self.fail(e))?;
-        }
-        let due = self
-            .committed_written
-            .is_none_or(|t| t.elapsed() >= COMMITTED_EVERY);
-        if due && let Some(bytes) = self.pending_committed.take() {
-            write_small(&self.dir, COMMITTED_FILE, &bytes, self.fsync).map_err(|e| self.fail(e))?;
-            self.committed_written = Some(std::time::Instant::now());
-        }
-        Ok(())
-    }
-
-    /// Appends a truncate or purge marker and makes it durable at once.
-    fn write_marker(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.check()?;
-        let res = self.file.write_all(bytes).and_then(|()| {
-            if self.fsync {
-                self.file.sync_data()?;
-            }
-            Ok(())
+            self.stats.writes.fetch_add(1, Ordering::Relaxed);
+            self.len += self.batch.len() as u64;
+            res.map_err(|e| self.fail(e))
         });
-        self.len += bytes.len() as u64;
-        res.map_err(|e| self.fail(e))
+        self.batch.clear();
+        res
     }
 
     fn maybe_compact(&mut self) {
-        if self.len < COMPACT_MIN_BYTES || self.index.live_bytes.saturating_mul(2) >= self.len {
+        if self.len < COMPACT_MIN_BYTES.max(self.compact_from)
+            || self.index.live_bytes.saturating_mul(2) >= self.len
+        {
             return;
         }
         let tmp = self.dir.join(LOG_TMP);
         match self.write_compacted(&tmp) {
             Ok(compacted) => self.install_compacted(&tmp, compacted),
-            Err(e) => {
-                // The old file is still whole and valid; compaction is retried after the next
-                // truncate or purge.
-                tracing::warn!(dir = %self.dir.display(), "raft log compaction failed: {e}");
-                let _ = fs::remove_file(&tmp);
-            }
+            Err(e) => self.compaction_failed(&tmp, e),
         }
     }
 
-    /// Writes the latest purge marker and the live records to `tmp`; returns the new index and
-    /// length.
-    fn write_compacted(&self, tmp: &Path) -> io::Result<(Locations, u64)> {
+    fn compaction_failed(&mut self, tmp: &Path, e: io::Error) {
+        // The old file is still whole and valid; compaction is tried again once the file grew
+        // by another `COMPACT_MIN_BYTES`, not after every write.
+        tracing::warn!(dir = %self.dir.display(), "raft log compaction failed: {e}");
+        let _ = fs::remove_file(tmp);
+        self.compact_from = self.len.saturating_add(COMPACT_MIN_BYTES);
+    }
+
+    /// Writes every group's live records to `tmp`; returns their new index and the new length.
+    fn write_compacted(&self, tmp: &Path) -> io::Result<(DiskIndex, u64)> {
         let old = fs::read(self.dir.join(LOG_FILE))?;
-        let mut buf = Vec::with_capacity(self.index.live_bytes as usize + 64);
-        if let Some((_, marker)) = &self.index.purged {
-            buf.extend_from_slice(marker);
-        }
-        let mut live = BTreeMap::new();
-        for (&index, &(offset, size)) in &self.index.live {
-            let record = usize::try_from(offset)
-                .ok()
-                .zip(usize::try_from(offset + size).ok())
-                .and_then(|(from, to)| old.get(from..to))
-                .ok_or_else(|| {
-                    invalid_data(format!(
-                        "{LOG_FILE}: entry {index} lies past the end of the file"
-                    ))
-                })?;
-            live.insert(index, (buf.len() as u64, size));
-            buf.extend_from_slice(record);
+        let capacity = usize::try_from(self.index.live_bytes).unwrap_or(0);
+        let mut buf = Vec::with_capacity(capacity);
+        let mut index = DiskIndex::default();
+        for (&group, g) in &self.index.groups {
+            if let Some((log_id, record)) = &g.purged {
+                index.purge(group, log_id, record);
+                buf.extend_from_slice(record);
+            }
+            if let Some(record) = &g.vote {
+                index.vote(group, record);
+                buf.extend_from_slice(record);
+            }
+            if let Some(record) = &g.committed {
+                index.committed(group, record);
+                buf.extend_from_slice(record);
+            }
+            for (&i, &(offset, size)) in &g.entries {
+                let record = usize::try_from(offset)
+                    .ok()
+                    .zip(usize::try_from(offset + size).ok())
+                    .and_then(|(from, to)| old.get(from..to))
+                    .ok_or_else(|| {
+                        invalid_data(format!(
+                            "{LOG_FILE}: group {group} entry {i} lies past the end of the file"
+                        ))
+                    })?;
+                index.entry(group, i, buf.len() as u64, size);
+                buf.extend_from_slice(record);
+            }
         }
         let mut f = File::create(tmp)?;
         f.write_all(&buf)?;
         if self.fsync {
             f.sync_all()?;
         }
-        Ok((live, buf.len() as u64))
+        Ok((index, buf.len() as u64))
     }
 
-    fn install_compacted(&mut self, tmp: &Path, (live, len): (Locations, u64)) {
+    fn install_compacted(&mut self, tmp: &Path, (index, len): (DiskIndex, u64)) {
         let path = self.dir.join(LOG_FILE);
         if let Err(e) = fs::rename(tmp, &path) {
-            tracing::warn!(dir = %self.dir.display(), "raft log compaction failed: {e}");
-            let _ = fs::remove_file(tmp);
+            self.compaction_failed(tmp, e);
             return;
         }
         // From here on the old file is gone: failing to sync or reopen leaves nothing valid to
@@ -636,9 +771,10 @@ impl LogWriter {
         .and_then(|()| open_log_file(&path));
         match reopened {
             Ok(file) => {
+                tracing::debug!(dir = %self.dir.display(), from = self.len, to = len, "raft log compacted");
                 self.file = file;
                 self.len = len;
-                self.index.live = live;
+                self.index = index;
             }
             Err(e) => {
                 self.fail(e);
@@ -648,7 +784,7 @@ impl LogWriter {
 }
 
 /// The writer thread and the way to reach it; dropping it lets the thread finish the queued
-/// writes and waits for it, so a reopened store sees everything.
+/// writes and waits for it, so a reopened log sees everything.
 struct Writer {
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -673,62 +809,55 @@ impl Drop for Writer {
     }
 }
 
+type SharedMem = Arc<Mutex<Mem>>;
+
 struct Shared {
-    mem: Mutex<Mem>,
+    /// Every group's memory, recovered or handed out since; a group's handles share one.
+    groups: Mutex<HashMap<GroupId, SharedMem>>,
     /// None keeps everything in memory only.
     writer: Option<Writer>,
+    stats: Arc<Stats>,
 }
 
-/// A Raft group's log store, and its log reader: clones share the same log.
+/// The node's Raft log; [`NodeLog::group`] gives each group its log storage. The writer stops
+/// once this and every group's handle are dropped.
 #[derive(Clone)]
-pub struct FileLogStore {
+pub struct NodeLog {
     shared: Arc<Shared>,
 }
 
-async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
-    rx.await.map_err(|_| writer_gone())?
-}
-
-impl FileLogStore {
-    /// Opens the log kept in `dir`, creating the directory if needed, and recovers what was
+impl NodeLog {
+    /// Opens the log kept in `dir`, creating the directory if needed, and recovers every group
     /// saved there; `None` keeps everything in memory. With `fsync`, data is fsynced before an
     /// append is reported flushed and before a vote, truncate or purge returns; without it, data
     /// is handed to the OS, which survives a killed process but not a power loss.
-    pub fn open(dir: Option<PathBuf>, fsync: bool) -> io::Result<FileLogStore> {
+    pub fn open(dir: Option<PathBuf>, fsync: bool) -> io::Result<NodeLog> {
+        let stats = Arc::new(Stats::default());
         let Some(dir) = dir else {
-            return Ok(FileLogStore {
+            return Ok(NodeLog {
                 shared: Arc::new(Shared {
-                    mem: Mutex::new(Mem::default()),
+                    groups: Mutex::new(HashMap::new()),
                     writer: None,
+                    stats,
                 }),
             });
         };
         fs::create_dir_all(&dir)?;
-
-        let vote: Option<Vote> = read_small(&dir.join(VOTE_FILE))?;
-        // Committed is an optimisation openraft can do without (it re-applies from the last
-        // snapshot instead), so a damaged file costs time, not safety.
-        let committed: Option<LogId> = match read_small::<Option<LogId>>(&dir.join(COMMITTED_FILE))
-        {
-            Ok(c) => c.flatten(),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                tracing::warn!(dir = %dir.display(), "ignoring committed log id: {e}");
-                None
-            }
-            Err(e) => return Err(e),
-        };
-
+        let lock = lock_dir(&dir)?;
         let path = dir.join(LOG_FILE);
         let created = !path.exists();
         let mut file = open_log_file(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let replayed = replay(&bytes)?;
-        if replayed.valid_len < bytes.len() as u64 {
+        let replayed =
+            replay(&bytes).map_err(|e| invalid_data(format!("{}/{e}", dir.display())))?;
+        drop(bytes);
+        let file_len = file.metadata()?.len();
+        if replayed.valid_len < file_len {
             tracing::warn!(
                 dir = %dir.display(),
                 "dropping {} bytes of a torn record at the end of {LOG_FILE}",
-                bytes.len() as u64 - replayed.valid_len
+                file_len - replayed.valid_len
             );
             file.set_len(replayed.valid_len)?;
             if fsync {
@@ -741,16 +870,19 @@ impl FileLogStore {
         let _ = fs::remove_file(dir.join(LOG_TMP));
 
         let mut writer = LogWriter {
-            dir: dir.clone(),
+            dir,
             fsync,
             file,
             len: replayed.valid_len,
             index: replayed.index,
             failed: None,
-            pending: Vec::new(),
-            pending_done: Vec::new(),
-            pending_committed: None,
-            committed_written: None,
+            batch: Vec::new(),
+            waiters: Vec::new(),
+            committed: BTreeMap::new(),
+            committed_since: None,
+            compact_from: 0,
+            stats: stats.clone(),
+            _lock: lock,
         };
         writer.maybe_compact();
         writer.check()?;
@@ -760,24 +892,106 @@ impl FileLogStore {
             .name("raft-log".into())
             .spawn(move || writer.run(rx))?;
 
-        Ok(FileLogStore {
+        let groups = replayed
+            .groups
+            .into_iter()
+            .map(|(g, mem)| (g, Arc::new(Mutex::new(mem))))
+            .collect();
+        Ok(NodeLog {
             shared: Arc::new(Shared {
-                mem: Mutex::new(Mem {
-                    entries: replayed.entries,
-                    last_purged: replayed.last_purged,
-                    vote,
-                    committed,
-                }),
+                groups: Mutex::new(groups),
                 writer: Some(Writer {
                     tx: Some(tx),
                     thread: Some(thread),
                 }),
+                stats,
             }),
         })
     }
 
+    /// The log storage of group `group`: what was recovered for it, or an empty log. Every call
+    /// for the same group returns a handle to the same log.
+    pub fn group(&self, group: GroupId) -> GroupLog {
+        let mem = self
+            .shared
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(group)
+            .or_default()
+            .clone();
+        GroupLog {
+            group,
+            mem,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// How many writes the writer issued so far: each carries every change queued since the
+    /// previous one, whatever group it belongs to.
+    pub fn writes(&self) -> u64 {
+        self.shared.stats.writes.load(Ordering::Relaxed)
+    }
+
+    /// How many fsyncs the writer issued so far (none without fsync).
+    pub fn syncs(&self) -> u64 {
+        self.shared.stats.syncs.load(Ordering::Relaxed)
+    }
+}
+
+/// One group's log storage and log reader within the node's log: clones share the same log.
+#[derive(Clone)]
+pub struct GroupLog {
+    group: GroupId,
+    mem: SharedMem,
+    shared: Arc<Shared>,
+}
+
+async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
+    rx.await.map_err(|_| writer_gone())?
+}
+
+impl GroupLog {
     fn mem(&self) -> MutexGuard<'_, Mem> {
-        self.shared.mem.lock().unwrap_or_else(|e| e.into_inner())
+        self.mem.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn writer(&self) -> Option<&Writer> {
+        self.shared.writer.as_ref()
+    }
+
+    /// Queues a truncate or purge marker after changing memory with `change`, under the lock so
+    /// the writer sees this group's jobs in the order its memory changed, and waits for it.
+    async fn write_marker(
+        &self,
+        bytes: Option<Vec<u8>>,
+        change: impl FnOnce(&mut Mem),
+        job: impl FnOnce(Vec<u8>, oneshot::Sender<io::Result<()>>) -> Job,
+    ) -> io::Result<()> {
+        let rx = {
+            let mut mem = self.mem();
+            change(&mut mem);
+            match (self.writer(), bytes) {
+                (Some(writer), Some(bytes)) => {
+                    let (done, rx) = oneshot::channel();
+                    writer.send(job(bytes, done))?;
+                    Some(rx)
+                }
+                _ => None,
+            }
+        };
+        match rx {
+            Some(rx) => wait(rx).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The encoded record of `change` when there is a disk to write it to.
+    fn encode(&self, change: ChangeRef<'_>) -> io::Result<Option<Vec<u8>>> {
+        match self.writer() {
+            Some(_) => encode_record(self.group, change).map(Some),
+            None => Ok(None),
+        }
     }
 }
 
@@ -796,7 +1010,7 @@ fn index_bounds(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> {
     (start <= end).then_some((start, end))
 }
 
-impl RaftLogReader<TypeConfig> for FileLogStore {
+impl RaftLogReader<TypeConfig> for GroupLog {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -811,8 +1025,8 @@ impl RaftLogReader<TypeConfig> for FileLogStore {
                 && prev.log_id.index + 1 != index
             {
                 return Err(invalid_data(format!(
-                    "raft log has a hole between {} and {index}",
-                    prev.log_id.index
+                    "raft log of group {} has a hole between {} and {index}",
+                    self.group, prev.log_id.index
                 )));
             }
             out.push(entry.clone());
@@ -825,8 +1039,8 @@ impl RaftLogReader<TypeConfig> for FileLogStore {
     }
 }
 
-impl RaftLogStorage<TypeConfig> for FileLogStore {
-    type LogReader = FileLogStore;
+impl RaftLogStorage<TypeConfig> for GroupLog {
+    type LogReader = GroupLog;
 
     async fn get_log_state(&mut self) -> Result<LogState, io::Error> {
         let mem = self.mem();
@@ -842,10 +1056,11 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
-        if let Some(writer) = &self.shared.writer {
+        if let Some(writer) = self.writer() {
             let (done, rx) = oneshot::channel();
             writer.send(Job::Vote {
-                bytes: encode_small(vote)?,
+                group: self.group,
+                bytes: encode_record(self.group, ChangeRef::Vote(vote))?,
                 done,
             })?;
             wait(rx).await?;
@@ -856,16 +1071,16 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        let bytes = match &self.shared.writer {
-            Some(_) => Some(encode_small(&committed)?),
-            None => None,
-        };
+        let bytes = self.encode(ChangeRef::Committed(committed.as_ref()))?;
         let mut mem = self.mem();
         mem.committed = committed;
         // Not waited for: openraft does not need committed durable on return, and the writer
         // puts it on disk after every entry queued before it.
-        if let (Some(writer), Some(bytes)) = (&self.shared.writer, bytes) {
-            writer.send(Job::Committed { bytes })?;
+        if let (Some(writer), Some(bytes)) = (self.writer(), bytes) {
+            writer.send(Job::Committed {
+                group: self.group,
+                bytes,
+            })?;
         }
         Ok(())
     }
@@ -884,7 +1099,7 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
         I::IntoIter: OptionalSend,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
-        let Some(writer) = &self.shared.writer else {
+        let Some(writer) = self.writer() else {
             let mut mem = self.mem();
             for entry in entries {
                 put(&mut mem.entries, entry.log_id.index, entry);
@@ -896,7 +1111,7 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
         let mut bytes = Vec::new();
         let mut records = Vec::with_capacity(entries.len());
         for entry in &entries {
-            let size = push_record(&mut bytes, &RecordRef::Entry(entry))?;
+            let size = push_record(&mut bytes, self.group, ChangeRef::Entry(entry))?;
             records.push((entry.log_id.index, size));
         }
         let mut mem = self.mem();
@@ -905,6 +1120,7 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
         }
         // Queued under the lock, so the writer sees jobs in the order memory changed.
         writer.send(Job::Append {
+            group: self.group,
             bytes,
             records,
             done: callback,
@@ -913,53 +1129,37 @@ impl RaftLogStorage<TypeConfig> for FileLogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let after = last_log_id.map(|l| l.index);
-        let bytes = match &self.shared.writer {
-            Some(_) => Some(encode_record(&RecordRef::TruncateAfter(after))?),
-            None => None,
-        };
-        let rx = {
-            let mut mem = self.mem();
-            cut_after(&mut mem.entries, after);
-            match (&self.shared.writer, bytes) {
-                (Some(writer), Some(bytes)) => {
-                    let (done, rx) = oneshot::channel();
-                    writer.send(Job::Truncate { bytes, after, done })?;
-                    Some(rx)
-                }
-                _ => None,
-            }
-        };
-        match rx {
-            Some(rx) => wait(rx).await,
-            None => Ok(()),
-        }
+        let bytes = self.encode(ChangeRef::TruncateAfter(after))?;
+        let group = self.group;
+        self.write_marker(
+            bytes,
+            |mem| {
+                cut_after(&mut mem.entries, after);
+            },
+            |bytes, done| Job::Truncate {
+                group,
+                bytes,
+                after,
+                done,
+            },
+        )
+        .await
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
-        let bytes = match &self.shared.writer {
-            Some(_) => Some(encode_record(&RecordRef::Purge(&log_id))?),
-            None => None,
-        };
-        let rx = {
-            let mut mem = self.mem();
-            mem.purge(&log_id);
-            match (&self.shared.writer, bytes) {
-                (Some(writer), Some(bytes)) => {
-                    let (done, rx) = oneshot::channel();
-                    writer.send(Job::Purge {
-                        bytes,
-                        log_id,
-                        done,
-                    })?;
-                    Some(rx)
-                }
-                _ => None,
-            }
-        };
-        match rx {
-            Some(rx) => wait(rx).await,
-            None => Ok(()),
-        }
+        let bytes = self.encode(ChangeRef::Purge(&log_id))?;
+        let group = self.group;
+        self.write_marker(
+            bytes,
+            |mem| mem.purge(&log_id),
+            |bytes, done| Job::Purge {
+                group,
+                bytes,
+                log_id,
+                done,
+            },
+        )
+        .await
     }
 }
 
@@ -976,17 +1176,88 @@ mod tests {
     #[test]
     fn zero_filled_tail_is_torn_and_garbage_is_corrupt() {
         let mut log = Vec::new();
-        push_record(&mut log, &RecordRef::TruncateAfter(Some(3))).unwrap();
+        push_record(&mut log, 3, ChangeRef::TruncateAfter(Some(3))).unwrap();
         let good = log.len();
         let mut zeros = log.clone();
         zeros.extend_from_slice(&[0; 40]);
         assert_eq!(replay(&zeros).unwrap().valid_len, good as u64);
 
         let mut damaged = log.clone();
-        push_record(&mut damaged, &RecordRef::TruncateAfter(Some(4))).unwrap();
-        push_record(&mut damaged, &RecordRef::TruncateAfter(Some(5))).unwrap();
+        push_record(&mut damaged, 4, ChangeRef::TruncateAfter(Some(4))).unwrap();
+        push_record(&mut damaged, 3, ChangeRef::TruncateAfter(Some(5))).unwrap();
         damaged[good + HEADER] ^= 0x55;
         assert!(replay(&damaged).is_err());
+    }
+
+    /// Records already on disk must keep decoding: a change here needs a format migration.
+    #[test]
+    fn golden_encoding() {
+        let record = encode_record(7, ChangeRef::TruncateAfter(Some(300))).unwrap();
+        // len 6, len_crc, crc, then group 7, variant 1 (TruncateAfter), Some, 300 as a varint.
+        let want = [
+            0x06, 0, 0, 0, 0xb5, 0x59, 0x22, 0x8c, 0x39, 0x70, 0x48, 0x61, 0x07, 0x01, 0x01, 0xfb,
+            0x2c, 0x01,
+        ];
+        assert_eq!(record, want);
+
+        let log_id = openraft::testing::log_id::<TypeConfig>(2, 1, 9);
+        let entry = <Entry as openraft::entry::RaftEntry>::new_blank(log_id);
+        let records = [
+            encode_record(3, ChangeRef::Entry(&entry)).unwrap(),
+            encode_record(3, ChangeRef::Purge(&log_id)).unwrap(),
+            encode_record(3, ChangeRef::Vote(&Vote::new_committed(2, 1))).unwrap(),
+            encode_record(3, ChangeRef::Committed(Some(&log_id))).unwrap(),
+        ];
+        let payloads: Vec<&[u8]> = records.iter().map(|r| &r[HEADER..]).collect();
+        // Group 3, the variant, then: log id (term 2, node 1, index 9) and payload 0 (blank);
+        // the log id; the vote (term 2, node 1, committed); Some and the log id.
+        let want: [&[u8]; 4] = [
+            &[3, 0, 2, 1, 9, 0],
+            &[3, 2, 2, 1, 9],
+            &[3, 3, 2, 1, 1],
+            &[3, 4, 1, 2, 1, 9],
+        ];
+        assert_eq!(payloads, want);
+    }
+
+    #[test]
+    fn damaged_length_is_corrupt_not_torn() {
+        let mut log = Vec::new();
+        for i in 0..3 {
+            push_record(&mut log, 1, ChangeRef::TruncateAfter(Some(i))).unwrap();
+        }
+        let second = log.len() / 3;
+        // A length that now points past the end of the file would look like a record cut
+        // short, but its checksum gives it away.
+        let mut damaged = log.clone();
+        damaged[second + 3] ^= 0x40;
+        assert!(replay(&damaged).is_err());
+        // A header cut short, or one followed only by zeros, is torn.
+        assert_eq!(replay(&log[..second + 5]).unwrap().valid_len, second as u64);
+        let mut zeroed = log[..second + 6].to_vec();
+        zeroed.resize(log.len(), 0);
+        assert_eq!(replay(&zeroed).unwrap().valid_len, second as u64);
+    }
+
+    #[test]
+    fn records_replay_to_their_own_group() {
+        let mut log = Vec::new();
+        let a = openraft::testing::log_id::<TypeConfig>(1, 1, 4);
+        let b = openraft::testing::log_id::<TypeConfig>(2, 1, 9);
+        push_record(&mut log, 1, ChangeRef::Purge(&a)).unwrap();
+        push_record(&mut log, 2, ChangeRef::Committed(Some(&b))).unwrap();
+        push_record(&mut log, 2, ChangeRef::Vote(&Vote::new(5, 1))).unwrap();
+        push_record(&mut log, 2, ChangeRef::Vote(&Vote::new(6, 2))).unwrap();
+        let replayed = replay(&log).unwrap();
+        assert_eq!(replayed.valid_len, log.len() as u64);
+        assert_eq!(replayed.groups[&1].last_purged, Some(a));
+        assert_eq!(replayed.groups[&1].committed, None);
+        assert_eq!(replayed.groups[&2].committed, Some(b));
+        assert_eq!(replayed.groups[&2].vote, Some(Vote::new(6, 2)));
+        // The superseded vote is dead: only the latest of each kind per group is live.
+        let live: u64 = replayed.index.live_bytes;
+        let first_vote = encode_record(2, ChangeRef::Vote(&Vote::new(5, 1))).unwrap();
+        assert_eq!(live, log.len() as u64 - first_vote.len() as u64);
     }
 
     #[test]

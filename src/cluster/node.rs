@@ -6,7 +6,7 @@
 //! committed entry reaches the keys through the shard that owns the group (`ShardExecutor`).
 
 use crate::clock::Clock;
-use crate::cluster::log_store::FileLogStore;
+use crate::cluster::log_store::NodeLog;
 use crate::cluster::spec::ClusterSpec;
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
 use crate::cluster::transport::{self, Faults, GroupSnapshotWire, Handler, Network, Rpc, RpcOk};
@@ -33,7 +33,8 @@ use tokio::sync::{oneshot, watch};
 pub struct ClusterSettings {
     pub node_id: NodeId,
     pub spec: ClusterSpec,
-    /// Raft logs, votes and snapshots live here, one folder per group.
+    /// The node's Raft log lives here in `raft-log/`, and each group's snapshots in a folder
+    /// of its own.
     pub data_dir: PathBuf,
     /// Serve clients that are not cluster-aware: forward commands to the group's leader
     /// instead of answering `-MOVED`.
@@ -273,10 +274,12 @@ impl Cluster {
         let acked2 = quorum_acked.clone();
         let setup = handle.spawn(async move {
             let mut rafts: Vec<(GroupId, GroupRaft, Vec<NodeId>)> = Vec::new();
+            // One log for every group of the node, so one write (and fsync) carries them all.
+            let node_log = NodeLog::open(Some(data_dir.join("raft-log")), fsync)
+                .map_err(|e| format!("raft log: {e}"))?;
             for (g, placement, exec) in plans {
                 let dir = data_dir.join(format!("group-{g:04}"));
-                let log = FileLogStore::open(Some(dir.join("log")), fsync)
-                    .map_err(|e| format!("group {g}: log: {e}"))?;
+                let log = node_log.group(g);
                 let sm = GroupStateMachine::open(Arc::new(exec), Some(dir.join("snapshot")))
                     .map_err(|e| format!("group {g}: snapshot: {e}"))?;
                 let factory = NetFactory(GroupNetworkFactory::new(net2.clone(), g));
