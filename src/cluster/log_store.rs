@@ -783,15 +783,22 @@ impl LogWriter {
     }
 }
 
-/// The writer thread and the way to reach it; dropping it lets the thread finish the queued
-/// writes and waits for it, so a reopened log sees everything.
+/// Where the changes go: to the writer thread (with fsync, which must not stall an event
+/// loop), or, without fsync, to a writer run on the event loop of whoever queued a change,
+/// once that loop's turn is over (a write to the page cache is cheaper than waking a thread).
+/// Dropping it writes what is still queued, so a reopened log sees everything.
 struct Writer {
     tx: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+    inline: Option<Arc<InlineWriter>>,
 }
 
 impl Writer {
     fn send(&self, job: Job) -> io::Result<()> {
+        if let Some(w) = &self.inline {
+            w.take(job);
+            return Ok(());
+        }
         self.tx
             .as_ref()
             .ok_or_else(writer_gone)?
@@ -802,9 +809,74 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
+        if let Some(w) = self.inline.take() {
+            w.flush(true);
+        }
         drop(self.tx.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+    }
+}
+
+/// The writer without a thread of its own: every change queued during one turn of an event
+/// loop (by any group, from any shard) goes out in one write when the turn is over.
+struct InlineWriter {
+    w: Mutex<LogWriter>,
+    /// A flush is on its way at the end of this turn.
+    scheduled: std::sync::atomic::AtomicBool,
+    /// A flush for committed log ids left alone is on its way.
+    timer: std::sync::atomic::AtomicBool,
+}
+
+impl InlineWriter {
+    fn take(self: &Arc<Self>, job: Job) {
+        self.w.lock().unwrap_or_else(|e| e.into_inner()).take(job);
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            self.schedule(Duration::ZERO);
+        }
+    }
+
+    fn flush_later(self: &Arc<Self>, wait: Duration) {
+        if !self.timer.swap(true, Ordering::AcqRel) {
+            self.schedule(wait.max(Duration::from_millis(1)));
+        }
+    }
+
+    /// Flushes after the current turn (or after `delay`) on this thread's event loop; at once
+    /// when there is none.
+    fn schedule(self: &Arc<Self>, delay: Duration) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                // Held weakly: a closed log (which wrote everything as it closed) must not
+                // stay open, with its directory's lock, until the flush comes round.
+                let me = Arc::downgrade(self);
+                rt.spawn(async move {
+                    if delay.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(delay).await;
+                    }
+                    if let Some(me) = me.upgrade() {
+                        if !delay.is_zero() {
+                            me.timer.store(false, Ordering::Release);
+                        }
+                        me.flush(false);
+                    }
+                });
+            }
+            Err(_) => self.flush(true),
+        }
+    }
+
+    fn flush(self: &Arc<Self>, closing: bool) {
+        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        self.scheduled.store(false, Ordering::Release);
+        w.flush(closing);
+        // Committed log ids alone wait a little for company; make sure they get written.
+        if let Some(since) = w.committed_since {
+            drop(w);
+            self.flush_later(COMMITTED_EVERY.saturating_sub(since.elapsed()));
         }
     }
 }
@@ -887,10 +959,27 @@ impl NodeLog {
         writer.maybe_compact();
         writer.check()?;
 
-        let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("raft-log".into())
-            .spawn(move || writer.run(rx))?;
+        let writer = if fsync {
+            let (tx, rx) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name("raft-log".into())
+                .spawn(move || writer.run(rx))?;
+            Writer {
+                tx: Some(tx),
+                thread: Some(thread),
+                inline: None,
+            }
+        } else {
+            Writer {
+                tx: None,
+                thread: None,
+                inline: Some(Arc::new(InlineWriter {
+                    w: Mutex::new(writer),
+                    scheduled: std::sync::atomic::AtomicBool::new(false),
+                    timer: std::sync::atomic::AtomicBool::new(false),
+                })),
+            }
+        };
 
         let groups = replayed
             .groups
@@ -900,10 +989,7 @@ impl NodeLog {
         Ok(NodeLog {
             shared: Arc::new(Shared {
                 groups: Mutex::new(groups),
-                writer: Some(Writer {
-                    tx: Some(tx),
-                    thread: Some(thread),
-                }),
+                writer: Some(writer),
                 stats,
             }),
         })

@@ -1,9 +1,12 @@
 //! A node's part of the cluster: the Raft groups it holds a replica of, who leads each group,
 //! and proposing clients' commands to a group.
 //!
-//! Raft runs on its own multi-threaded runtime, apart from the shard threads: a group's log,
-//! replication and elections must keep going while the shards are busy serving clients. A
-//! committed entry reaches the keys through the shard that owns the group (`ShardExecutor`).
+//! Each group's Raft runs on the event loop of the shard that owns the group's keys (group g
+//! on shard g % shards): that shard gathers the group's proposals, its Raft core appends and
+//! replicates them, and committed entries are applied on it (`ShardExecutor`), all without
+//! waking another thread. The shard's loop yields between client rounds, so heartbeats and
+//! elections keep their pace while it serves clients. The log's disk writes run on the log's
+//! own writer thread.
 
 use crate::clock::Clock;
 use crate::cluster::log_store::NodeLog;
@@ -23,8 +26,8 @@ use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
@@ -163,29 +166,9 @@ pub struct Cluster {
     clock: Arc<dyn Clock>,
     forward: bool,
     write_timeout: Duration,
-    runtime: Mutex<Option<RuntimeGuard>>,
+    /// The event loop of the node's first shard, where the peer listener and the balancer
+    /// run.
     handle: tokio::runtime::Handle,
-}
-
-/// Owns the Raft runtime. Dropping a runtime blocks, which tokio forbids inside async code
-/// (where a node is started and stopped), so it is always shut down in the background.
-struct RuntimeGuard(Option<tokio::runtime::Runtime>);
-
-impl RuntimeGuard {
-    fn handle(&self) -> tokio::runtime::Handle {
-        match &self.0 {
-            Some(rt) => rt.handle().clone(),
-            None => tokio::runtime::Handle::current(),
-        }
-    }
-}
-
-impl Drop for RuntimeGuard {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
 }
 
 impl Cluster {
@@ -194,6 +177,7 @@ impl Cluster {
     pub async fn start(
         settings: ClusterSettings,
         shards: &[ShardHandle],
+        runtimes: &[tokio::runtime::Handle],
         shard_of_group: impl Fn(GroupId) -> usize,
         clock: Arc<dyn Clock>,
         shutdown: watch::Receiver<bool>,
@@ -205,15 +189,10 @@ impl Cluster {
             .node(me)
             .cloned()
             .ok_or_else(|| format!("node {me} is not in the cluster description"))?;
-        let runtime = RuntimeGuard(Some(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .thread_name(format!("raft-{me}"))
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the Raft runtime: {e}"))?,
-        ));
-        let handle = runtime.handle();
+        let handle = runtimes
+            .first()
+            .cloned()
+            .ok_or_else(|| "a node needs at least one shard".to_string())?;
         let faults = Arc::new(Faults::default());
         let peers: Vec<(NodeId, String)> = settings
             .spec
@@ -259,11 +238,13 @@ impl Cluster {
         for g in 0..settings.spec.groups {
             let placement = settings.spec.placement(g);
             if placement.contains(&me) {
+                let s = shard_of_group(g);
                 let exec = ShardExecutor {
-                    shard: shards[shard_of_group(g)].clone(),
+                    shard: shards[s].clone(),
                     slots: settings.spec.group_slots(g),
                 };
-                plans.push((g, placement, exec));
+                let rt = runtimes.get(s).cloned().unwrap_or_else(|| handle.clone());
+                plans.push((g, placement, exec, rt));
             }
         }
         let spec = settings.spec.clone();
@@ -273,22 +254,27 @@ impl Cluster {
         let leaders2 = leaders.clone();
         let acked2 = quorum_acked.clone();
         let setup = handle.spawn(async move {
-            let mut rafts: Vec<(GroupId, GroupRaft, Vec<NodeId>)> = Vec::new();
+            let mut rafts = Vec::new();
             // One log for every group of the node, so one write (and fsync) carries them all.
             let node_log = NodeLog::open(Some(data_dir.join("raft-log")), fsync)
                 .map_err(|e| format!("raft log: {e}"))?;
-            for (g, placement, exec) in plans {
+            for (g, placement, exec, rt) in plans {
                 let dir = data_dir.join(format!("group-{g:04}"));
                 let log = node_log.group(g);
                 let sm = GroupStateMachine::open(Arc::new(exec), Some(dir.join("snapshot")))
                     .map_err(|e| format!("group {g}: snapshot: {e}"))?;
                 let factory = NetFactory(GroupNetworkFactory::new(net2.clone(), g));
-                let raft = GroupRaft::new(me, config.clone(), factory, log, sm)
+                // Created on the event loop of the shard that owns the group's keys: the
+                // group's Raft tasks all run there.
+                let config = config.clone();
+                let raft = rt
+                    .spawn(async move { GroupRaft::new(me, config, factory, log, sm).await })
                     .await
+                    .map_err(|e| format!("group {g}: {e}"))?
                     .map_err(|e| format!("group {g}: {e}"))?;
-                rafts.push((g, raft, placement));
+                rafts.push((g, raft, placement, rt));
             }
-            for (g, raft, placement) in &rafts {
+            for (g, raft, placement, rt) in &rafts {
                 let members: BTreeMap<NodeId, BasicNode> = placement
                     .iter()
                     .filter_map(|id| spec.node(*id).map(|n| (*id, BasicNode::new(n.peer_addr()))))
@@ -308,7 +294,7 @@ impl Cluster {
                 let leaders = leaders2.clone();
                 let acked = acked2.clone();
                 let g = *g as usize;
-                tokio::spawn(async move {
+                rt.spawn(async move {
                     loop {
                         let (leader, at) = {
                             let m = metrics.borrow_watched();
@@ -331,7 +317,12 @@ impl Cluster {
                     }
                 });
             }
-            Ok::<_, String>(rafts)
+            Ok::<_, String>(
+                rafts
+                    .into_iter()
+                    .map(|(g, r, p, _)| (g, r, p))
+                    .collect::<Vec<_>>(),
+            )
         });
         let rafts = setup
             .await
@@ -354,7 +345,6 @@ impl Cluster {
             clock,
             forward: settings.forward,
             write_timeout: settings.write_timeout,
-            runtime: Mutex::new(Some(runtime)),
             handle: handle.clone(),
         });
         let handler = Arc::new(PeerHandler(Arc::downgrade(&cluster)));
@@ -602,7 +592,7 @@ impl Cluster {
         }
     }
 
-    /// Stops every group and the Raft runtime.
+    /// Stops every group. Their tasks run on the shards' event loops, which end after this.
     pub async fn shutdown(&self) {
         let rafts: Vec<GroupRaft> = self.groups.iter().flatten().cloned().collect();
         let done = self.handle.spawn(async move {
@@ -611,13 +601,6 @@ impl Cluster {
             }
         });
         let _ = done.await;
-        // Dropping the guard shuts the runtime down in the background.
-        drop(
-            self.runtime
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
     }
 }
 

@@ -231,14 +231,20 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         last_trim_ms: AtomicU64::new(0),
     });
     let mut threads = Vec::with_capacity(n);
+    let mut runtimes = Vec::with_capacity(n);
     for (id, inbox) in inboxes.into_iter().enumerate() {
         let node = node.clone();
         let caps = caps.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start shard {id}'s event loop: {e}"))?;
+        runtimes.push(rt.handle().clone());
         let t = std::thread::Builder::new()
             .name(format!("shard-{id}"))
             .spawn(move || {
                 crate::protocol::reply::count_errors_in(node.shards[id].stats.errors.clone());
-                shard_thread(node, id, inbox, Store::with_caps(caps))
+                shard_thread(node, id, inbox, Store::with_caps(caps), rt)
             })
             .map_err(|e| format!("cannot start shard thread: {e}"))?;
         threads.push(t);
@@ -249,6 +255,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         let cluster = Cluster::start(
             cs,
             &node.shards,
+            &runtimes,
             |g| g as usize % n_shards,
             node.clock.clone(),
             rx.clone(),
@@ -301,17 +308,15 @@ fn fresh_run(shard: usize) -> u64 {
 }
 
 /// One shard: a single-threaded event loop that owns its keys and the connections on it.
-fn shard_thread(node: Arc<Node>, id: usize, inbox: ShardInbox, store: Store) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(shard = id, "cannot start the shard's event loop: {e}");
-            return;
-        }
-    };
+/// In a cluster the Raft groups the shard owns run on the same event loop (`rt`), so
+/// proposing, committing and applying never wait for another thread to wake up.
+fn shard_thread(
+    node: Arc<Node>,
+    id: usize,
+    inbox: ShardInbox,
+    store: Store,
+    rt: tokio::runtime::Runtime,
+) {
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let stats = node.shards[id].stats.clone();
