@@ -139,38 +139,12 @@ fn writer_gone() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "raft log writer has stopped")
 }
 
-const CRC_TABLE: [u32; 256] = crc_table();
-
-/// Table for CRC-32C (Castagnoli, reflected polynomial 0x82F63B78).
-const fn crc_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-}
-
-/// CRC-32C over the concatenation of `parts`.
+/// CRC-32C (Castagnoli) over the concatenation of `parts`, with the processor's CRC
+/// instructions where it has them.
 fn crc32c(parts: &[&[u8]]) -> u32 {
-    let mut c = !0u32;
-    for part in parts {
-        for &b in *part {
-            c = CRC_TABLE[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8);
-        }
-    }
-    !c
+    parts
+        .iter()
+        .fold(0, |crc, part| crc32c::crc32c_append(crc, part))
 }
 
 /// Appends one framed record to `out` and returns its size on disk.

@@ -169,6 +169,9 @@ pub struct Cluster {
     /// The event loop of the node's first shard, where the peer listener and the balancer
     /// run.
     handle: tokio::runtime::Handle,
+    /// Log entries the shards gathered and proposed here, and the commands they carried.
+    entries_proposed: AtomicU64,
+    commands_proposed: AtomicU64,
 }
 
 impl Cluster {
@@ -346,6 +349,8 @@ impl Cluster {
             forward: settings.forward,
             write_timeout: settings.write_timeout,
             handle: handle.clone(),
+            entries_proposed: AtomicU64::new(0),
+            commands_proposed: AtomicU64::new(0),
         });
         let handler = Arc::new(PeerHandler(Arc::downgrade(&cluster)));
         let served_net = cluster.net.clone();
@@ -443,6 +448,15 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// (log entries, commands in them) that this node's shards gathered and proposed: how
+    /// well the shards batch.
+    pub fn proposals(&self) -> (u64, u64) {
+        (
+            self.entries_proposed.load(Ordering::Relaxed),
+            self.commands_proposed.load(Ordering::Relaxed),
+        )
     }
 
     pub fn faults(&self) -> &Arc<Faults> {
@@ -556,6 +570,11 @@ impl Cluster {
                 Some(l) => return Err(ProposeError::Moved(l)),
                 None => return Err(ProposeError::ClusterDown),
             }
+        }
+        if origin.is_some() {
+            self.entries_proposed.fetch_add(1, Ordering::Relaxed);
+            self.commands_proposed
+                .fetch_add(cmds.len() as u64, Ordering::Relaxed);
         }
         let proposal = Proposal {
             ts: self.clock.now_ns(),

@@ -9,6 +9,7 @@ mod clients;
 mod failover;
 mod network;
 mod partition;
+mod pipeline;
 mod processes;
 mod restart;
 mod snapshot;
