@@ -265,6 +265,11 @@ pub struct ShardCore {
     pub proposer: Option<crate::cluster::proposer::Proposer>,
 }
 
+/// Batches at least this long look their keys up ahead (see `ShardCore::prefetch`), and at
+/// most this many of them: the cache keeps what was fetched only for so long.
+const PREFETCH_FROM: usize = 4;
+const PREFETCH_MAX: usize = 256;
+
 /// Keys expired since the last trim that make another trim worth it.
 const TRIM_AFTER: usize = 10_000;
 
@@ -316,6 +321,20 @@ impl ShardCore {
         });
     }
 
+    /// Starts the lookups of a batch's keys, so their cache misses overlap (see
+    /// `Store::prefetch`). Small batches gain nothing from it.
+    fn prefetch(&self, cmds: &[KeyCmd]) {
+        if cmds.len() >= PREFETCH_FROM {
+            for key in cmds
+                .iter()
+                .take(PREFETCH_MAX)
+                .filter_map(KeyCmd::single_key)
+            {
+                self.store.prefetch(key);
+            }
+        }
+    }
+
     /// Applies commands at `now` and counts them, until `each` answers false; every way into
     /// the keyspace goes through here, so the figures INFO shows cover them all.
     fn apply_at_time(
@@ -348,6 +367,7 @@ impl ShardCore {
     ) -> Vec<Vec<Reply>> {
         let mut all = Vec::with_capacity(batches.len());
         for b in batches {
+            self.prefetch(&b.cmds);
             let mut out = Vec::with_capacity(b.cmds.len());
             self.apply_at_time(b.now, &mut b.cmds.into_iter(), |r| {
                 out.push(r);
@@ -420,6 +440,7 @@ impl ShardCore {
     /// makes progress. Replies are copies, so this is what bounds the memory one round of
     /// a client's pipelined reads (say, many GETs of a large value) can take.
     pub fn apply_within(&mut self, cmds: Vec<KeyCmd>, budget: usize) -> Answer {
+        self.prefetch(&cmds);
         let now = self.now();
         let mut replies = Vec::with_capacity(cmds.len());
         let mut used = 0usize;

@@ -226,6 +226,34 @@ pub enum KeyCmd {
 /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
 pub type LimitReply = [i64; 5];
 
+impl KeyCmd {
+    /// The key a one-key command works on (None for the others): what a batch looks up
+    /// ahead of running, so the lookups' cache misses overlap.
+    pub fn single_key(&self) -> Option<&[u8]> {
+        match self {
+            KeyCmd::Get(key)
+            | KeyCmd::Persist(key)
+            | KeyCmd::Type(key)
+            | KeyCmd::GetDel(key)
+            | KeyCmd::Set { key, .. }
+            | KeyCmd::IncrBy { key, .. }
+            | KeyCmd::Expire { key, .. }
+            | KeyCmd::Ttl { key, .. }
+            | KeyCmd::Throttle { key, .. }
+            | KeyCmd::Check { key, .. }
+            | KeyCmd::Lease { key, .. }
+            | KeyCmd::ExpireChecked { key, .. }
+            | KeyCmd::SetEx { key, .. }
+            | KeyCmd::SetNx { key, .. }
+            | KeyCmd::GetSet { key, .. }
+            | KeyCmd::GetEx { key, .. }
+            | KeyCmd::ExpireTime { key, .. }
+            | KeyCmd::IncrByFloat { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Ok,
