@@ -258,6 +258,7 @@ impl Cluster {
         let acked2 = quorum_acked.clone();
         let setup = handle.spawn(async move {
             let mut rafts = Vec::new();
+            refuse_per_group_logs(&data_dir)?;
             // One log for every group of the node, so one write (and fsync) carries them all.
             let node_log = NodeLog::open(Some(data_dir.join("raft-log")), fsync)
                 .map_err(|e| format!("raft log: {e}"))?;
@@ -707,6 +708,26 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: watch:
     }
 }
 
+/// Data directories written before all groups shared one log kept a log per group
+/// (`group-NNNN/log/`). Starting on one would silently begin with empty logs, so refuse.
+fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), String> {
+    if data_dir.join("raft-log").exists() {
+        return Ok(());
+    }
+    let Ok(dirs) = std::fs::read_dir(data_dir) else {
+        return Ok(());
+    };
+    for d in dirs.flatten() {
+        if d.file_name().to_string_lossy().starts_with("group-") && d.path().join("log").exists() {
+            return Err(format!(
+                "{} holds Raft logs in the older one-log-per-group layout, which this version does not read; start this node with an empty --data-dir and it catches up from its peers",
+                data_dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Listening on the configured host name may not work inside a container, where the name
 /// resolves to an address of another interface; listen on every interface then.
 fn bind_host(host: &str) -> &str {
@@ -782,5 +803,26 @@ impl Handler for PeerHandler {
                 .map_err(|e| e.to_string()),
             Rpc::Forward(_) => Err("unreachable".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refuse_per_group_logs;
+
+    #[test]
+    fn a_data_dir_in_the_per_group_layout_is_refused() {
+        let dir = std::env::temp_dir().join(format!("bucketd-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("group-0003").join("snapshot")).unwrap();
+        // Snapshots alone (no log) and an empty directory are fine.
+        assert!(refuse_per_group_logs(&dir).is_ok());
+        std::fs::create_dir_all(dir.join("group-0003").join("log")).unwrap();
+        let err = refuse_per_group_logs(&dir).unwrap_err();
+        assert!(err.contains("one-log-per-group"), "{err}");
+        // Once the shared log exists the old folders are leftovers, not the log.
+        std::fs::create_dir_all(dir.join("raft-log")).unwrap();
+        assert!(refuse_per_group_logs(&dir).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
