@@ -10,6 +10,7 @@ mod failover;
 mod network;
 mod partition;
 mod processes;
+mod quiet;
 mod restart;
 mod snapshot;
 mod topology;
