@@ -53,10 +53,13 @@
 //! 20 ms later, starts an election: no forced election is needed. A forced one
 //! (`trigger().elect`) would also ignore a live leader's appends, so it is not used. To
 //! keep the followers from splitting the vote, they turn elections on one after the other, in
-//! placement order, a heartbeat interval apart, and the first only after half an interval
-//! more, by which time every other replica's promise has run out too. With the default
-//! timings (promise 300 ms) a quiet group's leader is replaced about 400 ms after it died,
-//! about as fast as an awake group's.
+//! placement order, a heartbeat interval apart, and the first only an interval after its
+//! promise ran out, by which time every other replica's promise has run out too (a leader
+//! pings all its peers at the same moment, so their promises differ by little more than the
+//! network delay; the interval covers a ping that was late). A vote refused under a promise
+//! would cost the candidate a whole election timeout, so this wait is worth its length. With
+//! the default timings (promise 300 ms) a quiet group's leader is replaced about half a second
+//! after it died, a little sooner than an awake group's.
 
 use crate::cluster::node::{Cluster, GroupRaft};
 use crate::cluster::transport::Pinger;
@@ -635,8 +638,8 @@ impl Quiet {
     }
 
     /// Whether a silenced follower's promise ran out and its turn to campaign came: the first
-    /// follower in placement order half an interval after its promise ran out, the next one
-    /// an interval later, and so on (see the module comment).
+    /// follower in placement order an interval after its promise ran out, the next one an
+    /// interval later, and so on (see the module comment).
     fn promise_released(&self, g: GroupId, st: &GroupState, now: Instant) -> bool {
         let Some(p) = st.promise else { return true };
         let rank = self.replicas[g as usize]
@@ -644,7 +647,7 @@ impl Quiet {
             .filter(|&&id| id != p.leader)
             .position(|&id| id == self.me)
             .unwrap_or(0);
-        let wait = self.t.promise + self.t.interval / 2 + self.t.interval * rank as u32;
+        let wait = self.t.promise + self.t.interval * (rank as u32 + 1);
         now.saturating_duration_since(p.at) >= wait
     }
 }

@@ -506,42 +506,55 @@ pub trait Pinger: Send + Sync + 'static {
     fn answered(&self, peer: NodeId, sent: std::time::Instant, ping: &Ping, ack: &PingAck);
 }
 
-/// Pings every peer every `every` until the node stops: one task per peer, one ping in flight
-/// per peer at a time. An answer counts from when its ping was sent (the peer answered some
-/// moment after that), and like any response it counts as hearing from the peer.
+/// Pings every peer every `every` until the node stops, all peers at the same moment (so
+/// that the promises a quiet leader's followers make run out together), with at most one
+/// ping in flight per peer. An answer counts from when its ping was sent (the peer answered
+/// some moment after that), and like any response it counts as hearing from the peer.
 pub fn ping_peers<P: Pinger>(
     net: &Network,
     pinger: Arc<P>,
     every: Duration,
     handle: &tokio::runtime::Handle,
 ) {
-    for &peer in net.inner.links.keys() {
-        let net = net.clone();
-        let pinger = pinger.clone();
-        let mut shutdown = net.inner.shutdown.clone();
-        handle.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = shutdown.changed() => return,
-                }
-                let ping = pinger.ping(peer);
-                let sent = std::time::Instant::now();
-                let sent_ms = net.now_ms();
-                // An answer later than a few intervals is of no use to a lease.
-                let ttl = every * 3;
-                if let Ok(RpcOk::Ping(ack)) = net.call(peer, 0, Rpc::Ping(ping.clone()), ttl).await
-                {
-                    if let Some(at) = net.inner.ping_acked.get(&peer) {
-                        at.fetch_max(sent_ms, Ordering::Relaxed);
-                    }
-                    pinger.answered(peer, sent, &ping, &ack);
-                }
+    let net = net.clone();
+    let peers: Vec<(NodeId, Arc<std::sync::atomic::AtomicBool>)> = net
+        .inner
+        .links
+        .keys()
+        .map(|&id| (id, Arc::new(std::sync::atomic::AtomicBool::new(false))))
+        .collect();
+    let mut shutdown = net.inner.shutdown.clone();
+    handle.spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
             }
-        });
-    }
+            for (peer, in_flight) in &peers {
+                if in_flight.swap(true, Ordering::Relaxed) {
+                    continue;
+                }
+                let (peer, in_flight) = (*peer, in_flight.clone());
+                let (net, pinger) = (net.clone(), pinger.clone());
+                tokio::spawn(async move {
+                    let ping = pinger.ping(peer);
+                    let sent = std::time::Instant::now();
+                    let sent_ms = net.now_ms();
+                    // An answer later than a few intervals is of no use to a lease.
+                    let answer = net.call(peer, 0, Rpc::Ping(ping.clone()), every * 3).await;
+                    if let Ok(RpcOk::Ping(ack)) = answer {
+                        if let Some(at) = net.inner.ping_acked.get(&peer) {
+                            at.fetch_max(sent_ms, Ordering::Relaxed);
+                        }
+                        pinger.answered(peer, sent, &ping, &ack);
+                    }
+                    in_flight.store(false, Ordering::Relaxed);
+                });
+            }
+        }
+    });
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
