@@ -274,6 +274,9 @@ impl Cluster {
                 plans.push((g, placement, exec));
             }
         }
+        // A node that ran before may have made promises for quiet groups it no longer
+        // remembers (see `quiet`).
+        let restarted = settings.data_dir.exists();
         let spec = settings.spec.clone();
         let data_dir = settings.data_dir.clone();
         let fsync = settings.fsync;
@@ -282,7 +285,6 @@ impl Cluster {
         let acked2 = quorum_acked.clone();
         let setup = handle.spawn(async move {
             let mut rafts: Vec<(GroupId, GroupRaft, Vec<NodeId>)> = Vec::new();
-            let mut restarted = false;
             for (g, placement, exec) in plans {
                 let dir = data_dir.join(format!("group-{g:04}"));
                 let log = FileLogStore::open(Some(dir.join("log")), fsync)
@@ -303,9 +305,7 @@ impl Cluster {
                 // Every replica proposes the same initial membership, so the group forms even if
                 // some replicas start late; a restarted replica is already initialised and this
                 // is refused harmlessly.
-                let initialized = raft.is_initialized().await.unwrap_or(true);
-                restarted |= initialized;
-                if !initialized {
+                if !raft.is_initialized().await.unwrap_or(true) {
                     let _ = raft.initialize(members).await;
                     if placement.first() == Some(&me) {
                         // The first replica campaigns first, so leaders start out spread; the
@@ -340,9 +340,9 @@ impl Cluster {
                     }
                 });
             }
-            Ok::<_, String>((rafts, restarted))
+            Ok::<_, String>(rafts)
         });
-        let (rafts, restarted) = setup
+        let rafts = setup
             .await
             .map_err(|e| format!("cluster setup failed: {e}"))??;
         let mut groups: Vec<Option<GroupRaft>> = (0..settings.spec.groups).map(|_| None).collect();
