@@ -85,6 +85,10 @@ pub struct Flags {
     /// fsync the Raft log before acknowledging a write.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub fsync: Option<bool>,
+    /// Quiet a Raft group once it has had no write for this many milliseconds: it stops
+    /// heartbeating until the next write (0 = never; default 2000).
+    #[arg(long)]
+    pub quiet_after_ms: Option<u64>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -124,6 +128,8 @@ struct FileSettings {
     data_dir: Option<std::path::PathBuf>,
     forward: Option<bool>,
     fsync: Option<bool>,
+    #[serde(alias = "quiet_after_ms")]
+    quiet_after_ms: Option<u64>,
 }
 
 /// Fully resolved settings.
@@ -218,6 +224,7 @@ struct ClusterRaw {
     data_dir: Option<std::path::PathBuf>,
     forward: Option<bool>,
     fsync: Option<bool>,
+    quiet_after_ms: Option<u64>,
 }
 
 impl ClusterRaw {
@@ -225,7 +232,16 @@ impl ClusterRaw {
         macro_rules! over {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
-        over!(nodes, node_id, replicas, groups, data_dir, forward, fsync);
+        over!(
+            nodes,
+            node_id,
+            replicas,
+            groups,
+            data_dir,
+            forward,
+            fsync,
+            quiet_after_ms
+        );
     }
 
     fn build(self) -> Result<Option<crate::cluster::node::ClusterSettings>, String> {
@@ -256,6 +272,9 @@ impl ClusterRaw {
         let mut c = crate::cluster::node::ClusterSettings::new(node_id, spec, data_dir);
         c.forward = self.forward.unwrap_or(false);
         c.fsync = self.fsync.unwrap_or(false);
+        if let Some(ms) = self.quiet_after_ms {
+            c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+        }
         Ok(Some(c))
     }
 }
@@ -278,6 +297,7 @@ impl Settings {
                 data_dir: f.data_dir.take(),
                 forward: f.forward.take(),
                 fsync: f.fsync.take(),
+                quiet_after_ms: f.quiet_after_ms.take(),
             });
             s.apply_file(f)?;
         }
@@ -290,6 +310,7 @@ impl Settings {
             data_dir: flags.data_dir.clone(),
             forward: flags.forward,
             fsync: flags.fsync,
+            quiet_after_ms: flags.quiet_after_ms,
         });
         s.cluster = cluster.build()?;
         if s.shards == 0 {
@@ -397,5 +418,33 @@ mod tests {
         assert_eq!((s.port, s.shards, s.maxmemory), (7001, 3, 1 << 20));
         std::fs::write(&p, "prot = 1\n").unwrap();
         assert!(Settings::resolve(&flags).is_err());
+    }
+
+    #[test]
+    fn quiet_after_from_file_and_flag() {
+        let dir = std::env::temp_dir().join(format!("bucketd-cfg-quiet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(
+            &p,
+            "cluster-nodes = \"1:127.0.0.1:7001:17001\"\nnode-id = 1\nquiet-after-ms = 500\n",
+        )
+        .unwrap();
+        let mut flags = Flags {
+            config: Some(p.clone()),
+            ..Flags::default()
+        };
+        let quiet = |f: &Flags| Settings::resolve(f).unwrap().cluster.unwrap().quiet_after;
+        assert_eq!(quiet(&flags), Some(std::time::Duration::from_millis(500)));
+        flags.quiet_after_ms = Some(0);
+        assert_eq!(quiet(&flags), None);
+        std::fs::write(
+            &p,
+            "cluster-nodes = \"1:127.0.0.1:7001:17001\"\nnode-id = 1\n",
+        )
+        .unwrap();
+        flags.quiet_after_ms = None;
+        assert_eq!(quiet(&flags), Some(std::time::Duration::from_secs(2)));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

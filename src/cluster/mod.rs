@@ -4,6 +4,7 @@
 pub mod log_store;
 pub mod node;
 pub mod proposer;
+pub mod quiet;
 pub mod spec;
 pub mod state_machine;
 pub mod transport;

@@ -10,6 +10,7 @@
 
 use crate::clock::Clock;
 use crate::cluster::log_store::NodeLog;
+use crate::cluster::quiet::{self, Quiet, QuietPinger, QuietTimings};
 use crate::cluster::spec::ClusterSpec;
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
 use crate::cluster::transport::{self, Faults, GroupSnapshotWire, Handler, Network, Rpc, RpcOk};
@@ -51,6 +52,9 @@ pub struct ClusterSettings {
     /// Even out the leaderships over the nodes that are up (on unless something else moves
     /// leaderships deliberately).
     pub balance_leaders: bool,
+    /// Quiet a group this node leads once it has had no write for this long: it stops
+    /// heartbeating until the next write (see `quiet`). `None`: groups always heartbeat.
+    pub quiet_after: Option<Duration>,
 }
 
 impl ClusterSettings {
@@ -71,6 +75,9 @@ impl ClusterSettings {
             election_timeout_ms: (300, 500),
             write_timeout: Duration::from_millis(500),
             balance_leaders: true,
+            // Long enough that a group in use does not go quiet between two bursts, short
+            // enough that an idle cluster soon costs little.
+            quiet_after: Some(Duration::from_secs(2)),
         }
     }
 }
@@ -172,6 +179,8 @@ pub struct Cluster {
     /// Log entries the shards gathered and proposed here, and the commands they carried.
     entries_proposed: AtomicU64,
     commands_proposed: AtomicU64,
+    /// Which groups are quiet, and their leases.
+    quiet: Quiet,
 }
 
 impl Cluster {
@@ -250,6 +259,9 @@ impl Cluster {
                 plans.push((g, placement, exec, rt));
             }
         }
+        // A node that ran before may have made promises for quiet groups it no longer
+        // remembers (see `quiet`).
+        let restarted = settings.data_dir.exists();
         let spec = settings.spec.clone();
         let data_dir = settings.data_dir.clone();
         let fsync = settings.fsync;
@@ -335,6 +347,18 @@ impl Cluster {
         for (g, raft, _) in rafts {
             groups[g as usize] = Some(raft);
         }
+        let quiet = Quiet::new(
+            me,
+            QuietTimings::new(
+                settings.quiet_after,
+                settings.heartbeat_ms,
+                settings.election_timeout_ms.0,
+            ),
+            (0..settings.spec.groups)
+                .map(|g| settings.spec.placement(g))
+                .collect(),
+            restarted,
+        );
         let cluster = Arc::new(Cluster {
             me,
             spec: settings.spec.clone(),
@@ -352,6 +376,7 @@ impl Cluster {
             handle: handle.clone(),
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
+            quiet,
         });
         let handler = Arc::new(PeerHandler(Arc::downgrade(&cluster)));
         let served_net = cluster.net.clone();
@@ -362,6 +387,18 @@ impl Cluster {
                 Err(e) => tracing::error!("peer listener: {e}"),
             }
         });
+        let every = cluster.quiet.timings().interval;
+        transport::ping_peers(
+            &cluster.net,
+            Arc::new(QuietPinger(Arc::downgrade(&cluster))),
+            every,
+            &handle,
+        );
+        handle.spawn(quiet::run(
+            Arc::downgrade(&cluster),
+            every,
+            balance_shutdown.clone(),
+        ));
         handle.spawn(balance_leaders(Arc::downgrade(&cluster), balance_shutdown));
         tracing::info!(
             node = me,
@@ -388,12 +425,16 @@ impl Cluster {
     }
 
     /// Whether this node leads `g` and may serve it: a majority acknowledged it within the
-    /// lease. A leader cut off from its majority stops serving (and claiming the group) once
-    /// the lease runs out, which is before the others can have elected a new leader.
+    /// lease (a heartbeat, or for a quiet group a ping, see `quiet`). A leader cut off from
+    /// its majority stops serving (and claiming the group) once the lease runs out, which is
+    /// before the others can have elected a new leader.
     pub fn leads(&self, g: GroupId) -> bool {
-        if self.leader(g) != Some(self.me) {
-            return false;
-        }
+        self.leader(g) == Some(self.me) && (self.heartbeat_lease(g) || self.quiet.lease_holds(g))
+    }
+
+    /// Whether a majority acknowledged this node's heartbeats (or appends) for `g` within the
+    /// lease; `leads` says whether it leads `g` at all.
+    pub(crate) fn heartbeat_lease(&self, g: GroupId) -> bool {
         let at = self
             .quorum_acked
             .get(g as usize)
@@ -468,8 +509,48 @@ impl Cluster {
         &self.net
     }
 
+    /// `g`'s replica on this node. Hand its leadership over with `transfer_leader`, not
+    /// through the Raft handle, so that a quiet group is woken first.
     pub fn raft(&self, g: GroupId) -> Option<&GroupRaft> {
         self.groups.get(g as usize).and_then(Option::as_ref)
+    }
+
+    pub(crate) fn quiet(&self) -> &Quiet {
+        &self.quiet
+    }
+
+    /// How many groups this node leads quietly (idle, not heartbeating) now.
+    pub fn quiet_groups(&self) -> usize {
+        self.quiet.quiet_led()
+    }
+
+    /// Whether this node leads `g` quietly now.
+    pub fn is_quiet(&self, g: GroupId) -> bool {
+        self.quiet.is_quiet_led(g)
+    }
+
+    /// How many times a group led here was woken from quiet (by a write, a leadership
+    /// transfer, or a follower that did not promise).
+    pub fn quiet_wakes(&self) -> u64 {
+        self.quiet.wakes()
+    }
+
+    /// How many groups this node follows with its election timer off (their leader is quiet).
+    pub fn silenced_groups(&self) -> usize {
+        self.quiet.silenced()
+    }
+
+    /// Hands the leadership of `g`, which this node leads, to replica `to`; a quiet group is
+    /// woken and stops serving on its followers' promises first.
+    pub async fn transfer_leader(&self, g: GroupId, to: NodeId) -> Result<(), String> {
+        let raft = self
+            .raft(g)
+            .ok_or_else(|| format!("no replica of group {g} here"))?;
+        self.quiet.before_transfer(g, raft);
+        raft.trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Runs a shard's gathered batch through group `g`: proposed here when this node leads
@@ -562,6 +643,7 @@ impl Cluster {
                 None => Err(ProposeError::ClusterDown),
             };
         };
+        self.quiet.on_write(self, g, raft).await;
         if self.leader(g) == Some(self.me) && !self.leads(g) {
             // Leader by its own count but without a lease: either just elected (the lease
             // comes with the first acknowledged heartbeat) or cut off from its majority, in
@@ -694,7 +776,7 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: watch:
             if let Some((theirs, to)) = target
                 && mine > theirs + 1
                 && c.balancing.load(Ordering::Relaxed)
-                && raft.trigger().transfer_leader(to).await.is_ok()
+                && c.transfer_leader(g, to).await.is_ok()
             {
                 moved += 1;
                 if let Some(n) = counts.get_mut(&c.me) {
@@ -756,6 +838,9 @@ struct PeerHandler(std::sync::Weak<Cluster>);
 impl Handler for PeerHandler {
     async fn handle(&self, group: GroupId, rpc: Rpc) -> Result<RpcOk, String> {
         let cluster = self.0.upgrade().ok_or("node is shutting down")?;
+        if let Rpc::Ping(ping) = rpc {
+            return Ok(RpcOk::Ping(cluster.quiet.on_ping(&cluster, &ping)));
+        }
         if let Rpc::Forward(cmds) = rpc {
             return match cluster.propose_local(group, cmds).await {
                 Ok(r) => Ok(RpcOk::Forward(r)),
@@ -768,21 +853,24 @@ impl Handler for PeerHandler {
             .raft(group)
             .ok_or_else(|| format!("no replica of group {group} here"))?;
         match rpc {
-            Rpc::Append(r) => raft
-                .append_entries(r)
-                .await
-                .map(RpcOk::Append)
-                .map_err(|e| e.to_string()),
-            Rpc::Vote(r) => raft
-                .vote(r)
-                .await
-                .map(RpcOk::Vote)
-                .map_err(|e| e.to_string()),
-            Rpc::PreVote(r) => raft
-                .pre_vote(r)
-                .await
-                .map(RpcOk::Vote)
-                .map_err(|e| e.to_string()),
+            Rpc::Append(r) => {
+                let res = raft.append_entries(r).await;
+                cluster.quiet.after_append(group, raft, res.as_ref().ok());
+                res.map(RpcOk::Append).map_err(|e| e.to_string())
+            }
+            Rpc::Vote(r) => {
+                cluster.quiet.may_vote(group, &r)?;
+                cluster.quiet.before_vote(group, &r);
+                let res = raft.vote(r).await;
+                cluster.quiet.after_vote(group, raft);
+                res.map(RpcOk::Vote).map_err(|e| e.to_string())
+            }
+            Rpc::PreVote(r) => {
+                cluster.quiet.may_vote(group, &r)?;
+                let res = raft.pre_vote(r).await;
+                cluster.quiet.after_vote(group, raft);
+                res.map(RpcOk::Vote).map_err(|e| e.to_string())
+            }
             Rpc::Snapshot { vote, snapshot } => {
                 let GroupSnapshotWire { meta, data } = snapshot;
                 raft.install_full_snapshot(
@@ -796,12 +884,14 @@ impl Handler for PeerHandler {
                 .map(RpcOk::Snapshot)
                 .map_err(|e| e.to_string())
             }
-            Rpc::TransferLeader(r) => raft
-                .handle_transfer_leader(r)
-                .await
-                .map(RpcOk::TransferLeader)
-                .map_err(|e| e.to_string()),
-            Rpc::Forward(_) => Err("unreachable".into()),
+            Rpc::TransferLeader(r) => {
+                cluster.quiet.on_transfer(group, raft);
+                raft.handle_transfer_leader(r)
+                    .await
+                    .map(RpcOk::TransferLeader)
+                    .map_err(|e| e.to_string())
+            }
+            Rpc::Forward(_) | Rpc::Ping(_) => Err("unreachable".into()),
         }
     }
 }

@@ -7,9 +7,15 @@
 //! groups travel together. The receiving side serves each request on its own task, so a slow
 //! snapshot install never holds up another group's heartbeat.
 //!
+//! Besides the groups' own messages, each node pings every peer once a heartbeat interval
+//! (`ping_peers`): one small message per peer pair, however many groups there are. It keeps
+//! `reachable` current when no group has anything to say, and carries what quiet groups need
+//! (see `quiet`).
+//!
 //! Frames are `u32` length-prefixed bincode. `Faults` lets tests cut links to simulate a
 //! partition: a blocked peer's messages are dropped in both directions.
 
+use crate::cluster::quiet::{Ping, PingAck};
 use crate::cluster::typ::{GroupId, GroupSnapshot, NodeId, TypeConfig, Vote};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use openraft::OptionalSend;
@@ -45,6 +51,8 @@ pub enum Rpc {
     TransferLeader(TransferLeaderRequest<TypeConfig>),
     /// Commands from a client connected to a node that does not lead the group.
     Forward(Vec<KeyCmd>),
+    /// The node-level ping (its group id is not used).
+    Ping(Ping),
 }
 
 /// A snapshot as it travels (openraft's `Snapshot` is not itself serializable).
@@ -61,6 +69,7 @@ pub enum RpcOk {
     Snapshot(SnapshotResponse<TypeConfig>),
     TransferLeader(TransferLeaderResponse<TypeConfig>),
     Forward(Vec<Reply>),
+    Ping(PingAck),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -170,6 +179,9 @@ struct NetworkInner {
     heard: HashMap<NodeId, AtomicU64>,
     /// When a connection to each peer last failed (refused, reset, timed out), likewise.
     failed: HashMap<NodeId, AtomicU64>,
+    /// When the latest ping that each peer answered was sent, likewise: the peer was up and
+    /// agreed to what the answer says at least from then on.
+    ping_acked: HashMap<NodeId, AtomicU64>,
     /// The address outgoing connections leave from: this node's own advertised address, so
     /// that on one machine nodes on 127.0.0.1, .2 and .3 can be cut apart by address.
     local_ip: Option<std::net::IpAddr>,
@@ -214,6 +226,11 @@ impl Network {
             .filter(|(id, _)| *id != me)
             .map(|(id, _)| (*id, AtomicU64::new(0)))
             .collect();
+        let ping_acked = peers
+            .iter()
+            .filter(|(id, _)| *id != me)
+            .map(|(id, _)| (*id, AtomicU64::new(0)))
+            .collect();
         let local_ip = peers
             .iter()
             .find(|(id, _)| *id == me)
@@ -226,6 +243,7 @@ impl Network {
                 links,
                 heard,
                 failed,
+                ping_acked,
                 local_ip,
                 born: std::time::Instant::now(),
                 next_id: AtomicU64::new(1),
@@ -280,7 +298,8 @@ impl Network {
     }
 
     /// Whether `peer` was heard from within `within`. Every node hears from every other
-    /// several times a second while they are connected (heartbeats and their answers).
+    /// several times a second while they are connected (pings and their answers, besides
+    /// whatever the groups send).
     /// A peer whose connection failed after it was last heard from (a killed process refuses
     /// the next connection at once) is not reachable either.
     pub fn reachable(&self, peer: NodeId, within: Duration) -> bool {
@@ -291,6 +310,12 @@ impl Network {
         let failed = Self::stamp(&self.inner.failed, peer);
         let within = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
         heard != 0 && heard > failed && self.now_ms().saturating_sub(heard) <= within
+    }
+
+    /// How long ago the latest ping `peer` answered was sent; `None` if it never answered one.
+    pub fn last_ping_acked(&self, peer: NodeId) -> Option<Duration> {
+        let at = Self::stamp(&self.inner.ping_acked, peer);
+        (at != 0).then(|| Duration::from_millis(self.now_ms().saturating_sub(at)))
     }
 
     /// Opens a connection to `addr` from this node's own address when it has one.
@@ -471,6 +496,65 @@ impl Network {
         reader.abort();
         fail_all(&format!("connection to node {target} closed"));
     }
+}
+
+/// Builds the node-level pings and takes their answers.
+pub trait Pinger: Send + Sync + 'static {
+    /// The ping to send `peer` now.
+    fn ping(&self, peer: NodeId) -> Ping;
+    /// `peer` answered `ping`, which was sent at `sent`.
+    fn answered(&self, peer: NodeId, sent: std::time::Instant, ping: &Ping, ack: &PingAck);
+}
+
+/// Pings every peer every `every` until the node stops, all peers at the same moment (so
+/// that the promises a quiet leader's followers make run out together), with at most one
+/// ping in flight per peer. An answer counts from when its ping was sent (the peer answered
+/// some moment after that), and like any response it counts as hearing from the peer.
+pub fn ping_peers<P: Pinger>(
+    net: &Network,
+    pinger: Arc<P>,
+    every: Duration,
+    handle: &tokio::runtime::Handle,
+) {
+    let net = net.clone();
+    let peers: Vec<(NodeId, Arc<std::sync::atomic::AtomicBool>)> = net
+        .inner
+        .links
+        .keys()
+        .map(|&id| (id, Arc::new(std::sync::atomic::AtomicBool::new(false))))
+        .collect();
+    let mut shutdown = net.inner.shutdown.clone();
+    handle.spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            for (peer, in_flight) in &peers {
+                if in_flight.swap(true, Ordering::Relaxed) {
+                    continue;
+                }
+                let (peer, in_flight) = (*peer, in_flight.clone());
+                let (net, pinger) = (net.clone(), pinger.clone());
+                tokio::spawn(async move {
+                    let ping = pinger.ping(peer);
+                    let sent = std::time::Instant::now();
+                    let sent_ms = net.now_ms();
+                    // An answer later than a few intervals is of no use to a lease.
+                    let answer = net.call(peer, 0, Rpc::Ping(ping.clone()), every * 3).await;
+                    if let Ok(RpcOk::Ping(ack)) = answer {
+                        if let Some(at) = net.inner.ping_acked.get(&peer) {
+                            at.fetch_max(sent_ms, Ordering::Relaxed);
+                        }
+                        pinger.answered(peer, sent, &ping, &ack);
+                    }
+                    in_flight.store(false, Ordering::Relaxed);
+                });
+            }
+        }
+    });
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

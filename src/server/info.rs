@@ -123,7 +123,19 @@ pub fn render(node: &Node, sections: &[String]) -> String {
     }
     if wanted(sections, "cluster") {
         let enabled = u8::from(node.cluster().is_some());
-        let _ = write!(out, "# Cluster\r\ncluster_enabled:{enabled}\r\n\r\n");
+        let _ = write!(out, "# Cluster\r\ncluster_enabled:{enabled}\r\n");
+        if let Some(c) = node.cluster() {
+            // Groups led here that are idle and do not heartbeat, and groups followed here
+            // whose quiet leader keeps this node's election timer off.
+            let _ = write!(
+                out,
+                "cluster_quiet_groups:{}\r\ncluster_silenced_groups:{}\r\ncluster_quiet_wakes:{}\r\n",
+                c.quiet_groups(),
+                c.silenced_groups(),
+                c.quiet_wakes()
+            );
+        }
+        out.push_str("\r\n");
     }
     if wanted(sections, "keyspace") {
         out.push_str("# Keyspace\r\n");

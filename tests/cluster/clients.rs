@@ -549,8 +549,10 @@ async fn forwarding_never_redirects_during_leader_changes() {
                 .position(|&r| r == leader)
                 .expect("a replica leads");
             let to = replicas[(at + 1) % replicas.len()];
-            let raft = c.cluster(leader).raft(g).expect("replica").clone();
-            raft.trigger().transfer_leader(to).await.expect("transfer");
+            c.cluster(leader)
+                .transfer_leader(g, to)
+                .await
+                .expect("transfer");
             wait_for(
                 &format!("round {round}: node {to} to lead"),
                 SECS,

@@ -140,6 +140,8 @@ pub struct Opts {
     pub write_timeout: Option<Duration>,
     /// Whether nodes even out leaderships by themselves (off for scenarios that move them).
     pub balance: bool,
+    /// How long a group stays idle before it goes quiet (`None`: the default).
+    pub quiet_after: Option<Duration>,
 }
 
 impl Default for Opts {
@@ -150,6 +152,7 @@ impl Default for Opts {
             forward: false,
             write_timeout: None,
             balance: true,
+            quiet_after: None,
         }
     }
 }
@@ -217,6 +220,9 @@ impl TestCluster {
         cs.balance_leaders = self.opts.balance;
         if let Some(t) = self.opts.write_timeout {
             cs.write_timeout = t;
+        }
+        if let Some(t) = self.opts.quiet_after {
+            cs.quiet_after = Some(t);
         }
         cs
     }
@@ -736,6 +742,19 @@ impl TestCluster {
         for id in self.running() {
             self.cluster(id).faults().heal();
         }
+    }
+
+    /// Waits until every group is quiet (led quietly by its agreed leader).
+    pub async fn wait_all_quiet(&self, limit: Duration) {
+        wait_for("every group to go quiet", limit, || async {
+            (0..self.spec.groups)
+                .all(|g| {
+                    self.agreed_leader(g)
+                        .is_some_and(|l| self.cluster(l).is_quiet(g))
+                })
+                .then_some(())
+        })
+        .await;
     }
 
     /// Groups node `id` leads, as the cluster agrees.

@@ -11,6 +11,7 @@ mod network;
 mod partition;
 mod pipeline;
 mod processes;
+mod quiet;
 mod restart;
 mod snapshot;
 mod topology;

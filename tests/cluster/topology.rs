@@ -52,8 +52,7 @@ async fn a_planned_leadership_move_shows_clients_only_moved() {
                 .into_iter()
                 .find(|&id| id != leader)
                 .expect("another replica");
-            let raft = c.cluster(leader).raft(g).expect("leader's replica").clone();
-            let _ = raft.trigger().transfer_leader(to).await;
+            let _ = c.cluster(leader).transfer_leader(g, to).await;
             let deadline = Instant::now() + Duration::from_secs(2);
             while Instant::now() < deadline {
                 let r = conn.must(&["INCR", &key]).await;
