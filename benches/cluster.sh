@@ -191,9 +191,10 @@ bucketd_stable ||
 log "bucketd cluster up: $(cat "$WORK/bd-slots")"
 cp "$WORK/bd-slots" "$WORK/bd-slots-start"
 
-# An idle bucketd cluster keeps its 16 groups' Raft heartbeats going (see the idle CPU in the
-# report), on the very core the Redis Cluster is measured on; an idle Redis Cluster costs next
-# to nothing. So, unless PAUSE_IDLE=0, the bucketd nodes are paused (SIGSTOP) while Redis runs,
+# An idle bucketd cluster still pings and, for 2 s after its last write, heartbeats each group
+# (see the idle CPU in the report), on the very core the Redis Cluster is measured on. So that
+# nothing of it is counted against Redis, unless PAUSE_IDLE=0 the bucketd nodes are paused
+# (SIGSTOP) while Redis runs,
 # and resumed, then waited for until every group has a leader again and the map holds still,
 # before bucketd's own runs and the idle measurements.
 BD_PAUSED=0
