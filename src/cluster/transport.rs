@@ -36,6 +36,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// What one read from a peer's connection takes in at most.
+const PEER_READ_BUF: usize = 64 * 1024;
+
 /// Largest frame accepted from a peer (snapshots of a large group included).
 const MAX_FRAME: usize = 1 << 30;
 
@@ -433,7 +436,10 @@ impl Network {
                 }
             };
         let _ = stream.set_nodelay(true);
-        let (mut rd, mut wr) = stream.into_split();
+        let (rd, mut wr) = stream.into_split();
+        // Buffered: one read takes in every frame that has arrived, instead of two system
+        // calls (length, then body) per frame.
+        let mut rd = tokio::io::BufReader::with_capacity(PEER_READ_BUF, rd);
         // Say who we are, so the peer can apply link faults to us.
         if wr.write_all(&self.inner.me.to_le_bytes()).await.is_err() {
             fail_all("handshake failed");
@@ -587,7 +593,8 @@ async fn serve_peer<H: Handler>(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let faults = net.faults().clone();
-    let (mut rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = stream.into_split();
+    let mut rd = tokio::io::BufReader::with_capacity(PEER_READ_BUF, rd);
     let mut who = [0u8; 8];
     if rd.read_exact(&mut who).await.is_err() {
         return;
