@@ -651,9 +651,18 @@ async fn purged_garbage_is_compacted() {
         assert!(file_len(&log_file(&dir.0)) >= full);
         // A second one makes most of it dead.
         log.group(b).purge(log_id(1, keep_from - 1)).await.unwrap();
-        writer_caught_up(&mut log.group(c)).await;
-        let compacted = file_len(&log_file(&dir.0));
+        // Without fsync the rewrite runs in the background while appends go on: wait for it.
         let c_bytes = count * entry_size as u64;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            writer_caught_up(&mut log.group(c)).await;
+            if file_len(&log_file(&dir.0)) < full / 2 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "log never compacted");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let compacted = file_len(&log_file(&dir.0));
         assert!(
             compacted > c_bytes && compacted < c_bytes + 150 * (entry_size as u64 + 100),
             "log not compacted: {compacted} bytes of {full}"
@@ -863,5 +872,67 @@ async fn second_open_waits_for_the_first_to_close() {
     assert_eq!(
         second.group(1).get_log_state().await.unwrap().last_log_id,
         Some(log_id(1, 2))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_while_compacting_in_the_background_are_kept() {
+    // Without fsync the rewrite copies the live records on another thread while the groups
+    // go on appending; what they wrote meanwhile must be in the new file, in place.
+    let dir = TempDir::new("compact-bg");
+    let entry_size = 1000;
+    let count = COMPACT_MIN_BYTES / entry_size as u64;
+    let (a, b) = (4, 5);
+    {
+        let log = open(&dir, false);
+        fill(&log, &[a], count, entry_size).await;
+        fill(&log, &[b], count, 50).await;
+        let full = file_len(&log_file(&dir.0));
+        // Most of the file dies at once: a compaction starts with the next write.
+        log.group(a).purge(log_id(1, count - 1)).await.unwrap();
+        // Meanwhile: more entries for both groups, a truncation and a vote.
+        for i in 1..=200 {
+            let mut sa = log.group(a);
+            append(&mut sa, vec![normal(1, count + i, entry_size)]).await;
+            let mut sb = log.group(b);
+            append(&mut sb, vec![normal(1, count + i, 50)]).await;
+        }
+        log.group(b)
+            .truncate_after(Some(log_id(1, count + 150)))
+            .await
+            .unwrap();
+        log.group(b)
+            .save_vote(&Vote::new_committed(7, 2))
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while file_len(&log_file(&dir.0)) >= full {
+            writer_caught_up(&mut log.group(a)).await;
+            assert!(std::time::Instant::now() < deadline, "log never compacted");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // And after it: the new file takes appends like the old one.
+        let mut sa = log.group(a);
+        append(&mut sa, vec![blank(2, count + 201)]).await;
+    }
+    let log = open(&dir, false);
+    let mut sa = log.group(a);
+    let entries = all_entries(&mut sa).await;
+    assert_eq!(entries.first().map(|e| e.log_id), Some(log_id(1, count)));
+    assert_eq!(
+        entries.last().map(|e| e.log_id),
+        Some(log_id(2, count + 201))
+    );
+    assert_eq!(entries.len() as u64, 202);
+    let mut sb = log.group(b);
+    let entries = all_entries(&mut sb).await;
+    assert_eq!(entries.len() as u64, count + 150);
+    assert_eq!(
+        entries.last().map(|e| e.log_id),
+        Some(log_id(1, count + 150))
+    );
+    assert_eq!(
+        sb.read_vote().await.unwrap(),
+        Some(Vote::new_committed(7, 2))
     );
 }

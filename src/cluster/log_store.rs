@@ -1,11 +1,13 @@
 //! The node's Raft log: every group's log entries, vote, committed log id and last purged log
-//! id in one append-only file, written by one writer thread, and recovered when the node
-//! restarts.
+//! id in one append-only file, written by one writer, and recovered when the node restarts.
 //!
 //! A node holds replicas of many groups. Giving each group its own files and writer would cost
 //! one write and one fsync per group per turn; here a single writer takes every change queued by
 //! every group since its last wake-up and writes them with one `write` (and, with fsync, one
-//! `fdatasync`), then reports each change done. [`NodeLog`] owns the file and the writer;
+//! `fdatasync`), then reports each change done. With fsync the writer is a thread of its own,
+//! so no event loop waits for the disk; without it the writer runs on the event loop that
+//! queued the changes, at the end of its turn (a write to the page cache costs less than
+//! waking a thread). [`NodeLog`] owns the file and the writer;
 //! [`NodeLog::group`] hands out a group's [`GroupLog`], which is that group's openraft log
 //! storage and log reader.
 //!
@@ -26,7 +28,8 @@
 //!   Replaying the records in order, each to its own group, rebuilds every group's log; for
 //!   votes and committed log ids the latest record of a group wins. This is an on-disk format:
 //!   `Record`, `Change` and the types they carry must keep their encoding.
-//! - `log.bin.tmp`: a compacted copy being written; removed when found at open.
+//! - `log.bin.tmp`, `log.bin.compact`: a compacted copy being written; removed when found at
+//!   open.
 //! - `lock`: empty; the open log holds an exclusive lock on it (see below).
 //!
 //! Compaction: groups purge at different times, so one file gathers dead records (purged,
@@ -35,7 +38,10 @@
 //! each group, its latest purge marker, vote and committed log id followed by its live
 //! entries, into `log.bin.tmp`, which is renamed over `log.bin` (with fsync on, the copy is
 //! fsynced before the rename and the directory after it). A crash at any point leaves the old
-//! file or the new one, both whole.
+//! file or the new one, both whole. Without fsync the copy is made on a blocking thread while
+//! the groups go on appending to the old file (`log.bin.compact`); then, under the writer's
+//! lock, what was appended meanwhile is copied after it, every record's place is carried over,
+//! and the copy is renamed over `log.bin`, so a rewrite never stalls an event loop.
 //!
 //! A process killed in the middle of a write leaves a torn last record; replay recognises it
 //! (cut short, or a bad checksum followed only by zeros, as a power loss can leave) and drops
@@ -67,6 +73,8 @@ use tokio::sync::oneshot;
 
 const LOG_FILE: &str = "log.bin";
 const LOG_TMP: &str = "log.bin.tmp";
+/// Where a background compaction builds the new file.
+const COMPACT_TMP: &str = "log.bin.compact";
 const LOCK_FILE: &str = "lock";
 
 /// How long opening waits for the directory's previous owner to close it.
@@ -262,7 +270,7 @@ impl Mem {
 type Locations = BTreeMap<u64, (u64, u64)>;
 
 /// Where one group's live records sit in `log.bin`: compaction copies them without decoding.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct GroupIndex {
     entries: Locations,
     /// The latest purge marker and its framed record.
@@ -273,7 +281,7 @@ struct GroupIndex {
 }
 
 /// Every group's live records, and how many bytes of the file they take; the rest is dead.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct DiskIndex {
     groups: BTreeMap<GroupId, GroupIndex>,
     live_bytes: u64,
@@ -505,9 +513,71 @@ struct LogWriter {
     committed_since: Option<Instant>,
     /// No compaction is tried before the file reaches this size again after one failed.
     compact_from: u64,
+    /// Compaction runs in the background (the writer runs on an event loop): it must not
+    /// be run inline, and one is under way.
+    background: bool,
+    compacting: bool,
     stats: Arc<Stats>,
     /// Holds the directory's lock while the writer runs.
     _lock: File,
+}
+
+/// The first part of a background compaction: the live records of the file's first `len0`
+/// bytes, written to `COMPACT_TMP`, and where each landed.
+struct Prefix {
+    index: DiskIndex,
+    len: u64,
+    len0: u64,
+}
+
+/// Writes the live records (by `index`) of the first `len0` bytes of the log to `tmp`.
+fn write_prefix(dir: &Path, tmp: &Path, index: &DiskIndex, len0: u64) -> io::Result<Prefix> {
+    let mut old = fs::read(dir.join(LOG_FILE))?;
+    old.truncate(usize::try_from(len0).unwrap_or(usize::MAX));
+    let (index, bytes) = live_records(index, &old)?;
+    let mut f = File::create(tmp)?;
+    f.write_all(&bytes)?;
+    Ok(Prefix {
+        index,
+        len: bytes.len() as u64,
+        len0,
+    })
+}
+
+/// Every group's live records, as `index` places them in `old`, laid out afresh: the bytes
+/// and their index.
+fn live_records(index: &DiskIndex, old: &[u8]) -> io::Result<(DiskIndex, Vec<u8>)> {
+    let capacity = usize::try_from(index.live_bytes).unwrap_or(0);
+    let mut buf = Vec::with_capacity(capacity);
+    let mut out = DiskIndex::default();
+    for (&group, g) in &index.groups {
+        if let Some((log_id, record)) = &g.purged {
+            out.purge(group, log_id, record);
+            buf.extend_from_slice(record);
+        }
+        if let Some(record) = &g.vote {
+            out.vote(group, record);
+            buf.extend_from_slice(record);
+        }
+        if let Some(record) = &g.committed {
+            out.committed(group, record);
+            buf.extend_from_slice(record);
+        }
+        for (&i, &(offset, size)) in &g.entries {
+            let record = usize::try_from(offset)
+                .ok()
+                .zip(usize::try_from(offset + size).ok())
+                .and_then(|(from, to)| old.get(from..to))
+                .ok_or_else(|| {
+                    invalid_data(format!(
+                        "{LOG_FILE}: group {group} entry {i} lies past the end of the file"
+                    ))
+                })?;
+            out.entry(group, i, buf.len() as u64, size);
+            buf.extend_from_slice(record);
+        }
+    }
+    Ok((out, buf))
 }
 
 impl LogWriter {
@@ -668,9 +738,7 @@ impl LogWriter {
     }
 
     fn maybe_compact(&mut self) {
-        if self.len < COMPACT_MIN_BYTES.max(self.compact_from)
-            || self.index.live_bytes.saturating_mul(2) >= self.len
-        {
+        if self.background || !self.compaction_due() {
             return;
         }
         let tmp = self.dir.join(LOG_TMP);
@@ -691,42 +759,112 @@ impl LogWriter {
     /// Writes every group's live records to `tmp`; returns their new index and the new length.
     fn write_compacted(&self, tmp: &Path) -> io::Result<(DiskIndex, u64)> {
         let old = fs::read(self.dir.join(LOG_FILE))?;
-        let capacity = usize::try_from(self.index.live_bytes).unwrap_or(0);
-        let mut buf = Vec::with_capacity(capacity);
-        let mut index = DiskIndex::default();
-        for (&group, g) in &self.index.groups {
-            if let Some((log_id, record)) = &g.purged {
-                index.purge(group, log_id, record);
-                buf.extend_from_slice(record);
-            }
-            if let Some(record) = &g.vote {
-                index.vote(group, record);
-                buf.extend_from_slice(record);
-            }
-            if let Some(record) = &g.committed {
-                index.committed(group, record);
-                buf.extend_from_slice(record);
-            }
-            for (&i, &(offset, size)) in &g.entries {
-                let record = usize::try_from(offset)
-                    .ok()
-                    .zip(usize::try_from(offset + size).ok())
-                    .and_then(|(from, to)| old.get(from..to))
-                    .ok_or_else(|| {
-                        invalid_data(format!(
-                            "{LOG_FILE}: group {group} entry {i} lies past the end of the file"
-                        ))
-                    })?;
-                index.entry(group, i, buf.len() as u64, size);
-                buf.extend_from_slice(record);
-            }
-        }
+        let (index, buf) = live_records(&self.index, &old)?;
         let mut f = File::create(tmp)?;
         f.write_all(&buf)?;
         if self.fsync {
             f.sync_all()?;
         }
         Ok((index, buf.len() as u64))
+    }
+
+    /// Whether the file is worth compacting now.
+    fn compaction_due(&self) -> bool {
+        self.len >= COMPACT_MIN_BYTES.max(self.compact_from)
+            && self.index.live_bytes.saturating_mul(2) < self.len
+    }
+
+    /// Starts a background compaction: what `write_prefix` needs, taken now.
+    fn plan_background(&mut self) -> Option<(PathBuf, DiskIndex, u64)> {
+        if self.compacting || !self.compaction_due() || self.check().is_err() {
+            return None;
+        }
+        self.compacting = true;
+        Some((self.dir.clone(), self.index.clone(), self.len))
+    }
+
+    /// Ends a background compaction: appends what was written since its start to the
+    /// compacted prefix, moves the result in place of the log, and carries every record's
+    /// place over to the new file.
+    fn install_background(&mut self, prefix: io::Result<Prefix>) {
+        self.compacting = false;
+        let tmp = self.dir.join(COMPACT_TMP);
+        let res = prefix.and_then(|p| self.finish_background(&tmp, p));
+        match res {
+            Ok(None) => {}
+            Ok(Some((index, len))) => {
+                let path = self.dir.join(LOG_FILE);
+                if let Err(e) = fs::rename(&tmp, &path) {
+                    self.compaction_failed(&tmp, e);
+                    return;
+                }
+                match open_log_file(&path) {
+                    Ok(file) => {
+                        tracing::debug!(dir = %self.dir.display(), from = self.len, to = len, "raft log compacted");
+                        self.file = file;
+                        self.len = len;
+                        self.index = index;
+                    }
+                    Err(e) => {
+                        self.fail(e);
+                    }
+                }
+            }
+            Err(e) => self.compaction_failed(&tmp, e),
+        }
+    }
+
+    /// Copies the records written since the prefix was planned to `tmp` and maps the current
+    /// index onto the new file. None: the log failed meanwhile, nothing to install.
+    fn finish_background(&self, tmp: &Path, p: Prefix) -> io::Result<Option<(DiskIndex, u64)>> {
+        if self.check().is_err() {
+            let _ = fs::remove_file(tmp);
+            return Ok(None);
+        }
+        let mut tail = Vec::new();
+        {
+            use std::io::{Seek, SeekFrom};
+            let mut f = File::open(self.dir.join(LOG_FILE))?;
+            f.seek(SeekFrom::Start(p.len0))?;
+            f.read_to_end(&mut tail)?;
+        }
+        let tail_len = self.len.saturating_sub(p.len0);
+        tail.truncate(usize::try_from(tail_len).unwrap_or(usize::MAX));
+        if (tail.len() as u64) != tail_len {
+            return Err(invalid_data("raft log shorter than written"));
+        }
+        let mut index = DiskIndex::default();
+        for (&group, g) in &self.index.groups {
+            if let Some((log_id, record)) = &g.purged {
+                index.purge(group, log_id, record);
+            }
+            if let Some(record) = &g.vote {
+                index.vote(group, record);
+            }
+            if let Some(record) = &g.committed {
+                index.committed(group, record);
+            }
+            let planned = p.index.groups.get(&group);
+            for (&i, &(offset, size)) in &g.entries {
+                let at = if offset >= p.len0 {
+                    p.len + (offset - p.len0)
+                } else {
+                    // Written before the plan and still live: the prefix holds it.
+                    match planned.and_then(|pg| pg.entries.get(&i)) {
+                        Some(&(at, s)) if s == size => at,
+                        _ => {
+                            return Err(invalid_data(format!(
+                                "group {group} entry {i} is missing from the compacted log"
+                            )));
+                        }
+                    }
+                };
+                index.entry(group, i, at, size);
+            }
+        }
+        let mut f = OpenOptions::new().append(true).open(tmp)?;
+        f.write_all(&tail)?;
+        Ok(Some((index, p.len + tail_len)))
     }
 
     fn install_compacted(&mut self, tmp: &Path, (index, len): (DiskIndex, u64)) {
@@ -847,10 +985,42 @@ impl InlineWriter {
         let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
         self.scheduled.store(false, Ordering::Release);
         w.flush(closing);
+        let plan = if closing { None } else { w.plan_background() };
+        let committed = w.committed_since;
+        drop(w);
+        if let Some(plan) = plan {
+            self.compact_in_background(plan);
+        }
         // Committed log ids alone wait a little for company; make sure they get written.
-        if let Some(since) = w.committed_since {
-            drop(w);
+        if let Some(since) = committed {
             self.flush_later(COMMITTED_EVERY.saturating_sub(since.elapsed()));
+        }
+    }
+
+    /// Copies the live records on a blocking thread, so the event loop goes on appending
+    /// meanwhile; only the records written since (the tail) are copied under the lock.
+    fn compact_in_background(self: &Arc<Self>, (dir, index, len0): (PathBuf, DiskIndex, u64)) {
+        let me = Arc::downgrade(self);
+        let work = move || {
+            let tmp = dir.join(COMPACT_TMP);
+            let prefix = write_prefix(&dir, &tmp, &index, len0);
+            match me.upgrade() {
+                Some(me) => {
+                    me.w.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .install_background(prefix)
+                }
+                // The log was closed meanwhile.
+                None => {
+                    let _ = fs::remove_file(&tmp);
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(work);
+            }
+            Err(_) => work(),
         }
     }
 }
@@ -914,6 +1084,7 @@ impl NodeLog {
             sync_dir(&dir)?;
         }
         let _ = fs::remove_file(dir.join(LOG_TMP));
+        let _ = fs::remove_file(dir.join(COMPACT_TMP));
 
         let mut writer = LogWriter {
             dir,
@@ -927,6 +1098,8 @@ impl NodeLog {
             committed: BTreeMap::new(),
             committed_since: None,
             compact_from: 0,
+            background: false,
+            compacting: false,
             stats: stats.clone(),
             _lock: lock,
         };
@@ -944,6 +1117,7 @@ impl NodeLog {
                 inline: None,
             }
         } else {
+            writer.background = true;
             Writer {
                 tx: None,
                 thread: None,

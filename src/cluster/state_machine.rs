@@ -132,9 +132,19 @@ impl<E: Executor> RaftSnapshotBuilder<TypeConfig> for GroupSnapshotBuilder<E> {
             },
             Err(e) => return Err(io::Error::other(format!("snapshot export failed: {e}"))),
         };
-        let data = bincode::serde::encode_to_vec(&body, bincode_cfg()).map_err(io_err)?;
+        // Encoding a large group and writing it to disk (with an fsync) takes long: off the
+        // event loop, which also runs the group's Raft and serves clients.
         let meta = self.meta.clone();
-        store_snapshot(&self.progress, self.dir.as_deref(), &meta, &data)?;
+        let progress = self.progress.clone();
+        let dir = self.dir.clone();
+        let stored = meta.clone();
+        let data = tokio::task::spawn_blocking(move || {
+            let data = bincode::serde::encode_to_vec(&body, bincode_cfg()).map_err(io_err)?;
+            store_snapshot(&progress, dir.as_deref(), &stored, &data)?;
+            Ok::<_, io::Error>(data)
+        })
+        .await
+        .map_err(io_err)??;
         Ok(Snapshot {
             meta,
             snapshot: data,
