@@ -792,24 +792,7 @@ impl LogWriter {
         let res = prefix.and_then(|p| self.finish_background(&tmp, p));
         match res {
             Ok(None) => {}
-            Ok(Some((index, len))) => {
-                let path = self.dir.join(LOG_FILE);
-                if let Err(e) = fs::rename(&tmp, &path) {
-                    self.compaction_failed(&tmp, e);
-                    return;
-                }
-                match open_log_file(&path) {
-                    Ok(file) => {
-                        tracing::debug!(dir = %self.dir.display(), from = self.len, to = len, "raft log compacted");
-                        self.file = file;
-                        self.len = len;
-                        self.index = index;
-                    }
-                    Err(e) => {
-                        self.fail(e);
-                    }
-                }
-            }
+            Ok(Some(compacted)) => self.install_compacted(&tmp, compacted),
             Err(e) => self.compaction_failed(&tmp, e),
         }
     }
