@@ -399,6 +399,17 @@ impl Quiet {
         }
     }
 
+    /// Wakes `g` here: it heartbeats (or times out) again, and a quiet lease held on it ends.
+    fn wake_up(&self, g: GroupId, raft: &GroupRaft) {
+        let mut all = lock(&self.state);
+        if let Some(st) = all.get_mut(g as usize) {
+            if matches!(st.mode, Mode::QuietLeader(_)) {
+                self.drop_lease(g, st);
+            }
+            self.switch(g, st, raft, Mode::Awake);
+        }
+    }
+
     /// Raft handled a vote request for `g` that passed `may_vote`: elections are back on here.
     /// Only now, not before: a granted vote renews Raft's election timeout, which on a quiet
     /// follower ran out long ago, so turning elections on first could start an election of
@@ -407,13 +418,7 @@ impl Quiet {
         if !Self::flag(&self.quiet_led, g) && !Self::flag(&self.silenced, g) {
             return;
         }
-        let mut all = lock(&self.state);
-        if let Some(st) = all.get_mut(g as usize) {
-            if matches!(st.mode, Mode::QuietLeader(_)) {
-                self.drop_lease(g, st);
-            }
-            self.switch(g, st, raft, Mode::Awake);
-        }
+        self.wake_up(g, raft);
     }
 
     /// An append for `g` was handled: the group is awake. Unless the sender turned out to be
@@ -439,13 +444,7 @@ impl Quiet {
         ) {
             return;
         }
-        let mut all = lock(&self.state);
-        if let Some(st) = all.get_mut(g as usize) {
-            if matches!(st.mode, Mode::QuietLeader(_)) {
-                self.drop_lease(g, st);
-            }
-            self.switch(g, st, raft, Mode::Awake);
-        }
+        self.wake_up(g, raft);
     }
 
     /// A leadership transfer for `g` arrived: if this replica is its target it is about to be
