@@ -33,6 +33,42 @@ async fn bump_all(client: &mut Router, keys: &[String], before: &[i64]) -> Vec<i
     after
 }
 
+/// A cluster whose every group took a write and went quiet again, with leaderships held
+/// still, and the node that leads the most quiet groups.
+struct Settled {
+    c: TestCluster,
+    keys: Vec<String>,
+    /// Each key's acknowledged count.
+    acked: Vec<i64>,
+    busiest: NodeId,
+    /// The groups `busiest` leads.
+    led: Vec<GroupId>,
+}
+
+async fn settle_quietly(tag: &str) -> Settled {
+    let c = TestCluster::start(tag, opts()).await;
+    c.wait_balanced(SECS).await;
+    c.hold_leaders(SECS).await;
+    let keys = keys(&c);
+    let mut client = Router::new(c.addrs());
+    let acked = bump_all(&mut client, &keys, &vec![0; keys.len()]).await;
+    c.wait_all_quiet(SECS).await;
+    let busiest: NodeId = c
+        .ids()
+        .into_iter()
+        .max_by_key(|&id| c.cluster(id).quiet_groups())
+        .expect("a node");
+    let led = c.led_by(busiest);
+    assert!(!led.is_empty(), "node {busiest} leads quiet groups");
+    Settled {
+        c,
+        keys,
+        acked,
+        busiest,
+        led,
+    }
+}
+
 /// The groups whose slots `addr`'s CLUSTER SLOTS gives to the node on `port` as master.
 async fn claimed(c: &TestCluster, addr: &str, port: u16) -> Option<Vec<GroupId>> {
     let mut conn = Conn::connect(addr).await.ok()?;
@@ -112,21 +148,13 @@ async fn idle_groups_go_quiet_and_a_write_wakes_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_quiet_leader_is_replaced_and_no_write_is_lost() {
     bounded(async {
-        let mut c = TestCluster::start("quiet-stop", opts()).await;
-        c.wait_balanced(SECS).await;
-        c.hold_leaders(SECS).await;
-        let keys = keys(&c);
-        let mut client = Router::new(c.addrs());
-        let acked = bump_all(&mut client, &keys, &vec![0; keys.len()]).await;
-        c.wait_all_quiet(SECS).await;
-
-        let down: NodeId = c
-            .ids()
-            .into_iter()
-            .max_by_key(|&id| c.cluster(id).quiet_groups())
-            .expect("a node");
-        let led = c.led_by(down);
-        assert!(!led.is_empty(), "node {down} leads quiet groups");
+        let Settled {
+            mut c,
+            keys,
+            acked,
+            busiest: down,
+            led,
+        } = settle_quietly("quiet-stop").await;
         c.stop_node(down).await;
 
         // The survivors elect new leaders for the quiet groups and serve every group, with
@@ -155,21 +183,13 @@ async fn a_stopped_quiet_leader_is_replaced_and_no_write_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_quiet_leader_stops_claiming_and_the_majority_serves() {
     bounded(async {
-        let mut c = TestCluster::start("quiet-cut", opts()).await;
-        c.wait_balanced(SECS).await;
-        c.hold_leaders(SECS).await;
-        let keys = keys(&c);
-        let mut client = Router::new(c.addrs());
-        let acked = bump_all(&mut client, &keys, &vec![0; keys.len()]).await;
-        c.wait_all_quiet(SECS).await;
-
-        let alone: NodeId = c
-            .ids()
-            .into_iter()
-            .max_by_key(|&id| c.cluster(id).quiet_groups())
-            .expect("a node");
-        let led = c.led_by(alone);
-        assert!(!led.is_empty(), "node {alone} leads quiet groups");
+        let Settled {
+            mut c,
+            keys,
+            acked,
+            busiest: alone,
+            led,
+        } = settle_quietly("quiet-cut").await;
         c.isolate(alone);
 
         // Cut off, it stops serving and advertising the groups it led quietly.
