@@ -721,13 +721,8 @@ const MOVES_PER_TURN: usize = 2;
 /// never take them, so two nodes cannot pull one group back and forth; counts converge to
 /// floor(G/N) or ceil(G/N) per node, after start-up and again after a failed node returns.
 async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(BALANCE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return,
-        }
+    let mut tick = super::ticker(BALANCE_EVERY);
+    while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = cluster.upgrade() else { return };
         if !c.balancing.load(Ordering::Relaxed) {
             continue;

@@ -657,13 +657,8 @@ pub async fn run(
     every: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return,
-        }
+    let mut tick = super::ticker(every);
+    while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = cluster.upgrade() else { return };
         c.quiet().look(&c);
     }

@@ -219,21 +219,15 @@ impl Network {
                 )
             })
             .collect();
-        let heard = peers
-            .iter()
-            .filter(|(id, _)| *id != me)
-            .map(|(id, _)| (*id, AtomicU64::new(0)))
-            .collect();
-        let failed = peers
-            .iter()
-            .filter(|(id, _)| *id != me)
-            .map(|(id, _)| (*id, AtomicU64::new(0)))
-            .collect();
-        let ping_acked = peers
-            .iter()
-            .filter(|(id, _)| *id != me)
-            .map(|(id, _)| (*id, AtomicU64::new(0)))
-            .collect();
+        // One time stamp per peer, 0 until it is first set.
+        let stamps = || -> HashMap<NodeId, AtomicU64> {
+            peers
+                .iter()
+                .filter(|(id, _)| *id != me)
+                .map(|(id, _)| (*id, AtomicU64::new(0)))
+                .collect()
+        };
+        let (heard, failed, ping_acked) = (stamps(), stamps(), stamps());
         let local_ip = peers
             .iter()
             .find(|(id, _)| *id == me)
@@ -531,13 +525,8 @@ pub fn ping_peers<P: Pinger>(
         .collect();
     let mut shutdown = net.inner.shutdown.clone();
     handle.spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => return,
-            }
+        let mut tick = super::ticker(every);
+        while super::next_tick(&mut tick, &mut shutdown).await {
             for (peer, in_flight) in &peers {
                 if in_flight.swap(true, Ordering::Relaxed) {
                     continue;
