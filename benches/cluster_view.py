@@ -17,72 +17,22 @@ usage:
 """
 
 import hashlib
-import socket
 import sys
+
+from resp import Resp, is_err
 
 TIMEOUT_S = 5
 
 
-class Resp:
-    """A blocking RESP2 connection, enough for CLUSTER SLOTS and CLUSTER NODES."""
-
-    def __init__(self, host, port):
-        self.sock = socket.create_connection((host, port), timeout=TIMEOUT_S)
-        self.buf = b""
-
-    def close(self):
-        self.sock.close()
-
-    def command(self, *args):
-        out = [f"*{len(args)}\r\n".encode()]
-        for a in args:
-            b = a.encode()
-            out.append(f"${len(b)}\r\n".encode() + b + b"\r\n")
-        self.sock.sendall(b"".join(out))
-        return self.reply()
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def exact(self, n):
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("connection closed")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2 :]
-        return data
-
-    def reply(self):
-        line = self.line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.exact(n).decode()
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.reply() for _ in range(n)]
-        raise RuntimeError(f"unexpected reply {line!r}")
-
-
 def ask(host, port, *args):
-    conn = Resp(host, port)
+    conn = Resp(host, port, TIMEOUT_S)
     try:
-        return conn.command(*args)
+        reply = conn.command(*args)
     finally:
         conn.close()
+    if is_err(reply):
+        raise RuntimeError(reply[1])
+    return reply
 
 
 def slot_map(host, port):

@@ -39,72 +39,13 @@ import tempfile
 import threading
 import time
 
+from resp import Resp, is_err
+
 NFT_TABLE = "bucketd_failover"
 UID_BASE = 61000
 REQ_TIMEOUT_S = 0.3
 INTERVAL_S = 0.002
 CT_MARK = "0x4242"
-
-
-class Resp:
-    """A blocking RESP2 connection; error replies are returned as ("err", text)."""
-
-    def __init__(self, host, port, timeout=REQ_TIMEOUT_S):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def send(self, *args):
-        out = [f"*{len(args)}\r\n".encode()]
-        for a in args:
-            b = str(a).encode()
-            out.append(f"${len(b)}\r\n".encode() + b + b"\r\n")
-        self.sock.sendall(b"".join(out))
-
-    def command(self, *args):
-        self.send(*args)
-        return self.reply()
-
-    def _fill(self):
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("connection closed")
-        self.buf += chunk
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def exact(self, n):
-        while len(self.buf) < n + 2:
-            self._fill()
-        data, self.buf = self.buf[:n], self.buf[n + 2 :]
-        return data
-
-    def reply(self):
-        line = self.line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return ("err", rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.exact(n).decode()
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.reply() for _ in range(n)]
-        raise ConnectionError(f"unexpected reply {line!r}")
 
 
 def ask(host, port, *args, timeout=1.0):
@@ -114,9 +55,6 @@ def ask(host, port, *args, timeout=1.0):
     finally:
         c.close()
 
-
-def is_err(r):
-    return isinstance(r, tuple) and r and r[0] == "err"
 
 
 def nft(script):
@@ -240,7 +178,7 @@ class Client(threading.Thread):
         c = self.conns.get(addr)
         if c is None:
             h, p = addr.rsplit(":", 1)
-            c = Resp(h, int(p))
+            c = Resp(h, int(p), REQ_TIMEOUT_S)
             self.conns[addr] = c
         return c
 
