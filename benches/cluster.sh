@@ -359,13 +359,9 @@ cbench() {
         log "  $id P$pipe: unreadable output, run skipped"
         return 0
     fi
-    local proc srv cl
-    proc=$(awk -v c="$((c1 - c0))" -v t="$((t1 - t0))" -v hz="$CLK_TCK" \
-        'BEGIN { printf "%.0f", (c / hz) / (t / 1e9) * 100 }')
-    srv=$(pct $((s2 - s0)) $((s3 - s1)))
-    cl=$(pct $((k2 - k0)) $((k3 - k1)))
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$pipe" "$round" "$parsed" "$proc" "$srv" \
-        "$cl" "$RUN_NOISY" >>"$RUNS"
+    record_run "$id" "$pipe" "$round" "$parsed" $((c1 - c0)) $((t1 - t0)) \
+        $((s2 - s0)) $((s3 - s1)) $((k2 - k0)) $((k3 - k1))
+    local proc=$RUN_PROC srv=$RUN_SRV cl=$RUN_CL
     log "  $id P$pipe round $round: $(cut -f1 <<<"$parsed" | cut -d. -f1) ops/s" \
         "(cluster CPU $proc%, server core $srv% busy, client core $cl% busy;" \
         "error replies: ${errors:-none}; slots hit $hit; commands per node $served)"

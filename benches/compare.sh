@@ -212,6 +212,18 @@ core_ticks() {
 
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b > 0 ? a / b * 100 : 0) }'; }
 
+# record_run ID PIPE ROUND PARSED CPU_TICKS WALL_NS SERVER_BUSY SERVER_ALL CLIENT_BUSY CLIENT_ALL:
+# appends one run to $RUNS and sets RUN_PROC (the servers' CPU over the run, % of one core),
+# RUN_SRV and RUN_CL (how busy the server and client cores were, %).
+record_run() {
+    RUN_PROC=$(awk -v c="$5" -v t="$6" -v hz="$CLK_TCK" \
+        'BEGIN { printf "%.0f", (c / hz) / (t / 1e9) * 100 }')
+    RUN_SRV=$(pct "$7" "$8")
+    RUN_CL=$(pct "$9" "${10}")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$RUN_PROC" "$RUN_SRV" \
+        "$RUN_CL" "$RUN_NOISY" >>"$RUNS"
+}
+
 # Other work on the machine (builds, tests) skews a run. Before each run, wait (bounded per run
 # and in total) until the whole machine is nearly idle; a run that starts busy is counted.
 QUIET_PCT=${QUIET_PCT:-15}
@@ -278,13 +290,9 @@ bench() {
         log "  $id P$pipe: unreadable output, run skipped"
         return 0
     fi
-    local proc srv cl
-    proc=$(awk -v c="$((c1 - c0))" -v t="$((t1 - t0))" -v hz="$CLK_TCK" \
-        'BEGIN { printf "%.0f", (c / hz) / (t / 1e9) * 100 }')
-    srv=$(pct $((s2 - s0)) $((s3 - s1)))
-    cl=$(pct $((k2 - k0)) $((k3 - k1)))
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$pipe" "$round" "$parsed" "$proc" "$srv" \
-        "$cl" "$RUN_NOISY" >>"$RUNS"
+    record_run "$id" "$pipe" "$round" "$parsed" $((c1 - c0)) $((t1 - t0)) \
+        $((s2 - s0)) $((s3 - s1)) $((k2 - k0)) $((k3 - k1))
+    local proc=$RUN_PROC srv=$RUN_SRV cl=$RUN_CL
     log "  $id P$pipe round $round: $(cut -f1 <<<"$parsed" | cut -d. -f1) ops/s" \
         "(server process CPU $proc%, server core $srv% busy, client core $cl% busy)"
 }
