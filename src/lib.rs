@@ -17,5 +17,6 @@ pub mod protocol;
 pub mod rules;
 pub mod server;
 pub mod shard;
+pub mod shutdown;
 pub mod slot;
 pub mod store;

@@ -20,10 +20,10 @@ pub(crate) fn ticker(period: std::time::Duration) -> tokio::time::Interval {
 /// Waits for the next tick; false once the node is shutting down.
 pub(crate) async fn next_tick(
     tick: &mut tokio::time::Interval,
-    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    shutdown: &mut crate::shutdown::Shutdown,
 ) -> bool {
     tokio::select! {
         _ = tick.tick() => true,
-        _ = shutdown.changed() => false,
+        _ = shutdown.recv() => false,
     }
 }

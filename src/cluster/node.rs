@@ -17,6 +17,7 @@ use crate::cluster::transport::{self, Faults, GroupSnapshotWire, Handler, Networ
 use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal, TypeConfig};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shard::{ShardHandle, ShardMsg};
+use crate::shutdown::Shutdown;
 use crate::store::Record;
 use openraft::Instant as _;
 use openraft::error::ClientWriteError;
@@ -30,7 +31,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 /// How one node joins a cluster.
 #[derive(Debug, Clone)]
@@ -192,7 +193,7 @@ impl Cluster {
         runtimes: &[tokio::runtime::Handle],
         shard_of_group: impl Fn(GroupId) -> usize,
         clock: Arc<dyn Clock>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: Shutdown,
     ) -> Result<Arc<Cluster>, String> {
         settings.spec.validate()?;
         let me = settings.node_id;
@@ -720,7 +721,7 @@ const MOVES_PER_TURN: usize = 2;
 /// leader transfer, to a replica that has caught up). Nodes only ever give leaderships away,
 /// never take them, so two nodes cannot pull one group back and forth; counts converge to
 /// floor(G/N) or ceil(G/N) per node, after start-up and again after a failed node returns.
-async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: watch::Receiver<bool>) {
+async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdown) {
     let mut tick = super::ticker(BALANCE_EVERY);
     while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = cluster.upgrade() else { return };

@@ -652,11 +652,7 @@ impl Quiet {
 }
 
 /// Runs `Quiet::look` every heartbeat interval until the node stops.
-pub async fn run(
-    cluster: Weak<Cluster>,
-    every: Duration,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
+pub async fn run(cluster: Weak<Cluster>, every: Duration, mut shutdown: crate::shutdown::Shutdown) {
     let mut tick = super::ticker(every);
     while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = cluster.upgrade() else { return };

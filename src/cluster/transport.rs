@@ -18,6 +18,7 @@
 use crate::cluster::quiet::{Ping, PingAck};
 use crate::cluster::typ::{GroupId, GroupSnapshot, NodeId, TypeConfig, Vote};
 use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::shutdown::Shutdown;
 use openraft::OptionalSend;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -34,7 +35,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 
 /// What one read from a peer's connection takes in at most.
 const PEER_READ_BUF: usize = 64 * 1024;
@@ -191,7 +192,7 @@ struct NetworkInner {
     born: std::time::Instant,
     next_id: AtomicU64,
     faults: Arc<Faults>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
     /// Frames sent, and writes that carried them (to see batching at work).
     frames_sent: AtomicU64,
     writes: AtomicU64,
@@ -203,7 +204,7 @@ impl Network {
         me: NodeId,
         peers: &[(NodeId, String)],
         faults: Arc<Faults>,
-        shutdown: watch::Receiver<bool>,
+        shutdown: Shutdown,
     ) -> Network {
         let links = peers
             .iter()
@@ -489,7 +490,7 @@ impl Network {
                     self.failed_with(target);
                     break;
                 }
-                _ = shutdown.changed() => break,
+                _ = shutdown.recv() => break,
             }
         }
         rx.close();
@@ -561,7 +562,7 @@ pub async fn serve<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
     net: Network,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     loop {
         tokio::select! {
@@ -570,7 +571,7 @@ pub async fn serve<H: Handler>(
                 let _ = stream.set_nodelay(true);
                 tokio::spawn(serve_peer(stream, handler.clone(), net.clone(), shutdown.clone()));
             }
-            _ = shutdown.changed() => return,
+            _ = shutdown.recv() => return,
         }
     }
 }
@@ -579,7 +580,7 @@ async fn serve_peer<H: Handler>(
     stream: TcpStream,
     handler: Arc<H>,
     net: Network,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
 ) {
     let faults = net.faults().clone();
     let (rd, mut wr) = stream.into_split();
@@ -611,7 +612,7 @@ async fn serve_peer<H: Handler>(
     loop {
         let frame = tokio::select! {
             f = read_frame(&mut rd, &mut buf) => f,
-            _ = shutdown.changed() => break,
+            _ = shutdown.recv() => break,
         };
         let Ok(Frame::Request { id, group, rpc }) = frame else {
             break;

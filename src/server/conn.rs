@@ -22,13 +22,14 @@ use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::{self, ParseError, Parsed, table};
 use crate::protocol::{Args, ReplyWriter, Request, RequestParser};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
+use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
 use bytes::BytesMut;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 /// Most requests handled per round before replies are written (the rest wait in the buffer).
 const MAX_BATCH: usize = 1024;
@@ -162,7 +163,7 @@ impl Conn {
 
     /// Serves the client until it leaves, the node shuts down, or a limit closes it; then
     /// gives back what its buffers held.
-    pub(super) async fn serve(&mut self, shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+    pub(super) async fn serve(&mut self, shutdown: Shutdown) -> std::io::Result<()> {
         let res = self.serve_loop(shutdown).await;
         self.release_buffers();
         if self.peak > TRIM_AFTER {
@@ -173,7 +174,7 @@ impl Conn {
         res
     }
 
-    async fn serve_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+    async fn serve_loop(&mut self, mut shutdown: Shutdown) -> std::io::Result<()> {
         loop {
             // Like Redis's, `qbuf` counts the requests being run as well as what waits.
             self.info
@@ -256,7 +257,7 @@ impl Conn {
                         return Ok(());
                     }
                 }
-                _ = shutdown.changed() => return Ok(()),
+                _ = shutdown.recv() => return Ok(()),
                 _ = self.info.killed() => return Ok(()),
             }
             if self.over_client_cap() {

@@ -8,13 +8,13 @@
 use super::{Node, lock};
 use crate::config::Settings;
 use crate::protocol::RequestLimits;
+use crate::shutdown::Shutdown;
 use crate::store::Caps;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// Current values of the settings CONFIG SET can change.
 pub struct LiveSettings {
@@ -419,7 +419,7 @@ pub fn memory(value: &[u8]) -> Option<u64> {
 
 /// Closes clients idle for longer than `timeout` seconds (checked once a second, as Redis's
 /// client cron does); does nothing while `timeout` is 0.
-pub(super) async fn close_idle_clients(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+pub(super) async fn close_idle_clients(node: Arc<Node>, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -436,7 +436,7 @@ pub(super) async fn close_idle_clients(node: Arc<Node>, mut shutdown: watch::Rec
                     }
                 }
             }
-            _ = shutdown.changed() => break,
+            _ = shutdown.recv() => break,
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::rules::RuleStore;
 use crate::shard::{
     self, Answer, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg,
 };
+use crate::shutdown::{self, Shutdown, Trigger};
 use crate::slot::key_slot;
 use crate::store::Store;
 use bytes::Bytes;
@@ -38,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// Version reported to clients that gate features on the Redis version.
@@ -105,7 +106,7 @@ pub struct Node {
     pub addr: SocketAddr,
     next_client_id: AtomicU64,
     connected: AtomicUsize,
-    shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
     /// Which shard owns each hash slot. Standalone: slots are dealt round-robin. Cluster: all
     /// slots of a group live on one shard, so a group's keys can be snapshotted together.
     slot_shard: Vec<u16>,
@@ -158,7 +159,7 @@ impl Node {
 pub struct NodeHandle {
     pub addr: SocketAddr,
     pub node: Arc<Node>,
-    shutdown: watch::Sender<bool>,
+    shutdown: Trigger,
     tasks: Vec<JoinHandle<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
@@ -166,7 +167,7 @@ pub struct NodeHandle {
 impl NodeHandle {
     /// Stops accepting, closes every connection, stops the shards and waits for them.
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.fire();
         if let Some(c) = self.node.cluster() {
             c.shutdown().await;
         }
@@ -197,7 +198,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     let n = settings.shards.max(1);
     let (handles, inboxes): (Vec<ShardHandle>, Vec<ShardInbox>) =
         (0..n).map(shard::channel).unzip();
-    let (tx, rx) = watch::channel(false);
+    let (trigger, shutdown) = shutdown::channel();
     // One set of caps for the whole node, shared by the shards' stores.
     let caps = crate::store::Caps::new(settings.max_keys, settings.maxmemory);
     let live = LiveSettings::new(&settings, caps.clone());
@@ -224,7 +225,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         addr,
         next_client_id: AtomicU64::new(1),
         connected: AtomicUsize::new(0),
-        shutdown: rx.clone(),
+        shutdown: shutdown.clone(),
         slot_shard,
         cluster: std::sync::OnceLock::new(),
         client_buffer_bytes: AtomicUsize::new(0),
@@ -258,7 +259,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
             &runtimes,
             |g| g as usize % n_shards,
             node.clock.clone(),
-            rx.clone(),
+            shutdown.clone(),
         )
         .await?;
         for shard in &node.shards {
@@ -272,21 +273,21 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
     let mut tasks = vec![tokio::spawn(accept_loop(
         node.clone(),
         listener,
-        rx.clone(),
+        shutdown.clone(),
     ))];
-    tasks.push(tokio::spawn(sample_rates(node.clone(), rx.clone())));
+    tasks.push(tokio::spawn(sample_rates(node.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(live::close_idle_clients(
         node.clone(),
-        rx.clone(),
+        shutdown.clone(),
     )));
     if node.rules.file().is_some() && node.settings.rules_reload_ms > 0 {
-        tasks.push(tokio::spawn(watch_rules(node.clone(), rx)));
+        tasks.push(tokio::spawn(watch_rules(node.clone(), shutdown)));
     }
     tracing::info!(%addr, shards = n, "bucketd listening on {addr}");
     Ok(NodeHandle {
         addr,
         node,
-        shutdown: tx,
+        shutdown: trigger,
         tasks,
         threads,
     })
@@ -336,7 +337,7 @@ fn shard_thread(
                 loop {
                     tokio::select! {
                         _ = tick.tick() => core.borrow_mut().sweep(),
-                        _ = shutdown.changed() => break,
+                        _ = shutdown.recv() => break,
                     }
                 }
             })
@@ -403,7 +404,7 @@ fn shard_thread(
             }
             while conns.try_join_next().is_some() {}
         }
-        let _ = shutdown.changed().await.ok();
+        shutdown.recv().await;
         // Connections saw the shutdown signal; give them a moment to say goodbye.
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             while conns.join_next().await.is_some() {}
@@ -416,7 +417,7 @@ fn shard_thread(
     });
 }
 
-async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: Shutdown) {
     let mut next = 0usize;
     loop {
         tokio::select! {
@@ -452,17 +453,12 @@ async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: watch
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            _ = shutdown.changed() => break,
+            _ = shutdown.recv() => break,
         }
     }
 }
 
-async fn serve_connection(
-    node: Arc<Node>,
-    core: CoreRef,
-    stream: TcpStream,
-    shutdown: watch::Receiver<bool>,
-) {
+async fn serve_connection(node: Arc<Node>, core: CoreRef, stream: TcpStream, shutdown: Shutdown) {
     let peer = stream.peer_addr().unwrap_or(node.addr);
     let shard = core.borrow().id;
     let info = register(&node, &stream, peer, shard);
@@ -504,7 +500,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-async fn sample_rates(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+async fn sample_rates(node: Arc<Node>, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let total = |node: &Node| -> (u64, u64) {
         node.shards.iter().fold((0, 0), |(c, k), s| {
@@ -523,12 +519,12 @@ async fn sample_rates(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
                 node.stats.commands_per_sec.store(now.1.saturating_sub(last.1), Ordering::Relaxed);
                 last = now;
             }
-            _ = shutdown.changed() => break,
+            _ = shutdown.recv() => break,
         }
     }
 }
 
-async fn watch_rules(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+async fn watch_rules(node: Arc<Node>, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(Duration::from_millis(node.settings.rules_reload_ms));
     loop {
         tokio::select! {
@@ -537,7 +533,7 @@ async fn watch_rules(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
                 Ok(None) => {}
                 Err(e) => tracing::error!("rules file rejected, keeping the previous rules: {e}"),
             },
-            _ = shutdown.changed() => break,
+            _ = shutdown.recv() => break,
         }
     }
 }
