@@ -175,7 +175,7 @@ fn protocol(c: &mut Criterion) {
                 out.clear();
                 let mut w = ReplyWriter::new(&mut out, false);
                 for r in batch {
-                    bucketd::server::encode(&mut w, black_box(r));
+                    bucketd::protocol::encode(&mut w, black_box(r));
                 }
                 out.len()
             })

@@ -17,10 +17,10 @@
 //! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
 //!   growth passes it is closed.
 
-use super::{ClientInfo, Node, Pending, encode, is_barrier, is_no_auth};
+use super::{ClientInfo, Node, Pending, is_barrier, is_no_auth};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::{self, ParseError, Parsed, table};
-use crate::protocol::{Args, ReplyWriter, Request, RequestParser};
+use crate::protocol::{Args, ReplyWriter, Request, RequestParser, encode};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;

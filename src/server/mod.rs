@@ -20,7 +20,8 @@ use crate::cluster::node::Cluster;
 use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
 use crate::cmd::{MultiCmd, table};
 use crate::config::Settings;
-use crate::protocol::{Args, ReplyWriter};
+// The node commands write shards' replies with it, as `super::encode`.
+use crate::protocol::{Args, encode};
 use crate::rules::RuleStore;
 use crate::shard::{
     self, Answer, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg,
@@ -777,40 +778,4 @@ fn is_barrier(name: &str) -> bool {
             | "scan"
             | "select"
     )
-}
-
-/// Encodes a shard's reply.
-pub fn encode(w: &mut ReplyWriter, r: &Reply) {
-    match r {
-        Reply::Ok => w.ok(),
-        Reply::Nil => w.null(),
-        Reply::Int(v) => w.int(*v),
-        Reply::Bulk(b) => w.bulk(b),
-        Reply::Simple(s) => w.simple(s),
-        Reply::Error(e) => w.error(e),
-        Reply::Limit(l) => write_limit(w, l),
-        Reply::LimitAll(summary, each) => {
-            w.array(6);
-            for v in summary {
-                w.int(*v);
-            }
-            w.array(each.len());
-            for l in each {
-                write_limit(w, l);
-            }
-        }
-        Reply::Array(items) => {
-            w.array(items.len());
-            for i in items {
-                encode(w, i);
-            }
-        }
-    }
-}
-
-fn write_limit(w: &mut ReplyWriter, l: &LimitReply) {
-    w.array(5);
-    for v in l {
-        w.int(*v);
-    }
 }
