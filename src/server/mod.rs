@@ -7,6 +7,7 @@
 //! are encoded (HELLO), that gate later commands (AUTH), or that span shards act as barriers:
 //! the round so far is flushed first, so order is kept.
 
+mod accept;
 mod cluster_cmds;
 mod conn;
 mod info;
@@ -23,23 +24,18 @@ use crate::config::Settings;
 // The node commands write shards' replies with it, as `super::encode`.
 use crate::protocol::{Args, encode};
 use crate::rules::RuleStore;
-use crate::shard::{
-    self, Answer, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg,
-};
+use crate::shard::{self, Answer, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::slot::key_slot;
 use crate::store::Store;
 use bytes::Bytes;
 use conn::Conn;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -245,8 +241,13 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         let t = std::thread::Builder::new()
             .name(format!("shard-{id}"))
             .spawn(move || {
-                crate::protocol::reply::count_errors_in(node.shards[id].stats.errors.clone());
-                shard_thread(node, id, inbox, Store::with_caps(caps), rt)
+                let stats = node.shards[id].stats.clone();
+                crate::protocol::reply::count_errors_in(stats.errors.clone());
+                let core = ShardCore::new(id, Store::with_caps(caps), node.clock.clone(), stats);
+                let shutdown = node.shutdown.clone();
+                shard::run(core, inbox, shutdown, rt, move |core, stream, shutdown| {
+                    accept::adopt(&node, core, stream, shutdown)
+                })
             })
             .map_err(|e| format!("cannot start shard thread: {e}"))?;
         threads.push(t);
@@ -271,7 +272,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         }
         let _ = node.cluster.set(cluster);
     }
-    let mut tasks = vec![tokio::spawn(accept_loop(
+    let mut tasks = vec![tokio::spawn(accept::accept_loop(
         node.clone(),
         listener,
         shutdown.clone(),
@@ -307,192 +308,6 @@ fn fresh_run(shard: usize) -> u64 {
     );
     h.write_u32(std::process::id());
     h.finish()
-}
-
-/// One shard: a single-threaded event loop that owns its keys and the connections on it.
-/// In a cluster the Raft groups the shard owns run on the same event loop (`rt`), so
-/// proposing, committing and applying never wait for another thread to wake up.
-fn shard_thread(
-    node: Arc<Node>,
-    id: usize,
-    inbox: ShardInbox,
-    store: Store,
-    rt: tokio::runtime::Runtime,
-) {
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        let stats = node.shards[id].stats.clone();
-        let core: CoreRef = Rc::new(RefCell::new(ShardCore::new(
-            id,
-            store,
-            node.clock.clone(),
-            stats,
-        )));
-        let mut shutdown = node.shutdown.clone();
-        let sweeper = {
-            let core = core.clone();
-            let mut shutdown = shutdown.clone();
-            tokio::task::spawn_local(async move {
-                let mut tick = tokio::time::interval(shard::SWEEP_INTERVAL);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => core.borrow_mut().sweep(),
-                        _ = shutdown.recv() => break,
-                    }
-                }
-            })
-        };
-        let mut conns = tokio::task::JoinSet::new();
-        let mut proposing = Vec::new();
-        while let Some(msg) = inbox.recv().await {
-            match msg {
-                ShardMsg::Batch {
-                    cmds,
-                    budget,
-                    reply,
-                } => {
-                    let answer = core.borrow_mut().apply_batch(cmds, budget);
-                    // The asking connection may have gone; its replies are then dropped.
-                    let _ = reply.send(answer);
-                }
-                ShardMsg::Keyed {
-                    cmds,
-                    slots,
-                    budget,
-                    reply,
-                } => core.borrow_mut().run_for(cmds, &slots, budget, reply),
-                ShardMsg::ApplyAt { batches, reply } => {
-                    let replies = core.borrow_mut().apply_entries(batches);
-                    let _ = reply.send(replies);
-                }
-                ShardMsg::Attach(cluster, run) => {
-                    let p = crate::cluster::proposer::Proposer::new(cluster, run);
-                    let kick = p.kick();
-                    core.borrow_mut().proposer = Some(p);
-                    proposing.push(tokio::task::spawn_local(
-                        crate::cluster::proposer::propose_turns(core.clone(), kick),
-                    ));
-                }
-                ShardMsg::Export { slots, now, reply } => {
-                    let _ = reply.send(core.borrow().export(slots, now));
-                }
-                ShardMsg::Import {
-                    slots,
-                    records,
-                    reply,
-                } => {
-                    core.borrow_mut().import(slots, &records);
-                    let _ = reply.send(());
-                }
-                ShardMsg::Accept(std_stream) => match TcpStream::from_std(std_stream) {
-                    Ok(stream) => {
-                        let node = node.clone();
-                        let core = core.clone();
-                        let shutdown = shutdown.clone();
-                        conns.spawn_local(serve_connection(node, core, stream, shutdown));
-                    }
-                    Err(e) => {
-                        tracing::warn!("cannot adopt connection: {e}");
-                        node.connected.fetch_sub(1, Ordering::Relaxed);
-                    }
-                },
-                ShardMsg::SyncCaps { reply } => {
-                    core.borrow_mut().store.sync_caps();
-                    let _ = reply.send(());
-                }
-                ShardMsg::Stop => break,
-            }
-            while conns.try_join_next().is_some() {}
-        }
-        shutdown.recv().await;
-        // Connections saw the shutdown signal; give them a moment to say goodbye.
-        let _ = tokio::time::timeout(Duration::from_secs(2), async {
-            while conns.join_next().await.is_some() {}
-        })
-        .await;
-        sweeper.abort();
-        for p in proposing {
-            p.abort();
-        }
-    });
-}
-
-async fn accept_loop(node: Arc<Node>, listener: TcpListener, mut shutdown: Shutdown) {
-    let mut next = 0usize;
-    loop {
-        tokio::select! {
-            res = listener.accept() => match res {
-                Ok((stream, _peer)) => {
-                    node.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                    if node.connected.load(Ordering::Relaxed) >= node.live.maxclients() {
-                        node.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                        tokio::spawn(async move {
-                            let mut s = stream;
-                            let _ = s.write_all(b"-ERR max number of clients reached\r\n").await;
-                        });
-                        continue;
-                    }
-                    let _ = stream.set_nodelay(true);
-                    let std_stream = match stream.into_std() {
-                        Ok(s) => s,
-                        Err(e) => {
-                            tracing::warn!("cannot hand over connection: {e}");
-                            continue;
-                        }
-                    };
-                    node.connected.fetch_add(1, Ordering::Relaxed);
-                    let shard = &node.shards[next % node.shards.len()];
-                    next = next.wrapping_add(1);
-                    if shard.send(ShardMsg::Accept(std_stream)).await.is_err() {
-                        node.connected.fetch_sub(1, Ordering::Relaxed);
-                    }
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            _ = shutdown.recv() => break,
-        }
-    }
-}
-
-async fn serve_connection(node: Arc<Node>, core: CoreRef, stream: TcpStream, shutdown: Shutdown) {
-    let peer = stream.peer_addr().unwrap_or(node.addr);
-    let shard = core.borrow().id;
-    let info = register(&node, &stream, peer, shard);
-    let mut conn = Conn::new(node.clone(), core, info.clone(), stream);
-    if let Err(e) = conn.serve(shutdown).await {
-        tracing::debug!(client = info.id, "connection closed: {e}");
-    }
-    lock(&node.clients).remove(&info.id);
-    node.connected.fetch_sub(1, Ordering::Relaxed);
-}
-
-fn register(node: &Node, stream: &TcpStream, peer: SocketAddr, shard: usize) -> Arc<ClientInfo> {
-    let id = node.next_client_id.fetch_add(1, Ordering::Relaxed);
-    let info = Arc::new(ClientInfo {
-        id,
-        addr: peer,
-        laddr: stream.local_addr().unwrap_or(node.addr),
-        shard,
-        created: Instant::now(),
-        meta: Mutex::new(ClientMeta {
-            resp: 2,
-            ..ClientMeta::default()
-        }),
-        last_active_ms: AtomicU64::new(node.uptime_ms()),
-        qbuf: AtomicU64::new(0),
-        omem: AtomicU64::new(0),
-        last_cmd: AtomicUsize::new(0),
-        last_sub: AtomicUsize::new(0),
-        kill_requested: std::sync::atomic::AtomicBool::new(false),
-        kill_signal: tokio::sync::Notify::new(),
-    });
-    lock(&node.clients).insert(id, info.clone());
-    info
 }
 
 /// Locks a mutex that is never held across a panic-prone section; a poisoned one is still

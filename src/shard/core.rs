@@ -1,89 +1,22 @@
-//! Shard threads: one single-threaded event loop per core, each owning a disjoint part of the
-//! keyspace and the client connections placed on it.
-//!
-//! A command whose key the connection's own shard owns runs inline, with no hand-off at all.
-//! A command for another shard travels there in a batch (one message per shard per round)
-//! over a bounded crossbeam channel; a `Notify` wakes the target's event loop, which drains
-//! the channel and answers each batch over a oneshot. Only the owning thread ever touches a
-//! `Store`, so every command is atomic without a lock.
+//! A shard's own state: its keys and its clock. Applies key commands (a connection's, another
+//! shard's, or committed log entries), within a reply budget, and expires keys.
 
+use super::Answer;
 use crate::clock::Clock;
 use crate::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
 use crate::protocol::reply::ErrorCounts;
 use crate::slot::key_slot;
 use crate::store::{Record, Store};
-use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
-/// Messages queued per shard before senders have to wait.
-const QUEUE_DEPTH: usize = 4096;
 /// How often a shard expires keys, and how many of the store's parts it sweeps each time.
 pub const SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 const SWEEP_PARTS_PER_TICK: usize = 4;
-
-pub enum ShardMsg {
-    /// A connection's key commands for this shard (`slots[i]` is the hash slot of `cmds[i]`):
-    /// applied at once on a standalone node, run until their replies pass `budget` bytes
-    /// (the rest come back unrun); in a cluster, proposed to their groups and answered when
-    /// the entries are applied.
-    Keyed {
-        cmds: Vec<KeyCmd>,
-        slots: Vec<u16>,
-        budget: usize,
-        reply: oneshot::Sender<Answer>,
-    },
-    /// Commands applied to this shard's own copy of the keys at once, replicated or not
-    /// (node-wide reads such as KEYS, and a standalone node's cross-shard commands).
-    Batch {
-        cmds: Vec<KeyCmd>,
-        budget: usize,
-        reply: oneshot::Sender<Answer>,
-    },
-    /// This node is a cluster member: from now on key commands are proposed to their
-    /// groups. `run` tells this run's entries from earlier ones.
-    Attach(std::sync::Arc<crate::cluster::node::Cluster>, u64),
-    /// Commands of committed Raft entries, applied at each entry's time.
-    ApplyAt {
-        batches: Vec<crate::cluster::state_machine::EntryBatch>,
-        reply: oneshot::Sender<Vec<Vec<Reply>>>,
-    },
-    /// Copies out the keys of a slot range (a group's snapshot).
-    Export {
-        slots: (u16, u16),
-        now: u64,
-        reply: oneshot::Sender<Vec<Record>>,
-    },
-    /// Replaces the keys of a slot range (installing a group's snapshot).
-    Import {
-        slots: (u16, u16),
-        records: Vec<Record>,
-        reply: oneshot::Sender<()>,
-    },
-    /// A new client connection to serve on this shard.
-    Accept(std::net::TcpStream),
-    /// The node's caps were switched on or off: start or stop counting this shard's keys in
-    /// them now, before the reply, so the change is in force on every shard once all replied.
-    SyncCaps {
-        reply: oneshot::Sender<()>,
-    },
-    Stop,
-}
-
-/// A shard's answer to a batch: one reply per command it ran, in order, and the commands it
-/// did not run because the replies had reached the batch's byte budget.
-#[derive(Debug, Default)]
-pub struct Answer {
-    pub replies: Vec<Reply>,
-    pub rest: Vec<KeyCmd>,
-    /// In a cluster: why a group refused the batch (every command of that group's share
-    /// answered with this error).
-    pub refused: Option<String>,
-}
 
 /// A batch handed to the shard from a connection on it: answered at once, or later (once
 /// proposed and committed).
@@ -124,132 +57,6 @@ pub struct ShardStats {
     /// Error replies sent to the connections on this shard, by code; the shard thread
     /// counts into it (`protocol::reply::count_errors_in`).
     pub errors: Arc<ErrorCounts>,
-}
-
-/// The sending side of a shard, shared by every thread.
-#[derive(Clone)]
-pub struct ShardHandle {
-    pub id: usize,
-    tx: Sender<ShardMsg>,
-    wake: Arc<Notify>,
-    pub stats: Arc<ShardStats>,
-}
-
-/// The shard is gone (the node is shutting down).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardGone;
-
-impl ShardHandle {
-    /// Queues a message and wakes the shard. A full queue makes the caller wait (yielding to
-    /// other tasks) rather than grow without bound.
-    pub async fn send(&self, mut msg: ShardMsg) -> Result<(), ShardGone> {
-        loop {
-            match self.tx.try_send(msg) {
-                Ok(()) => {
-                    self.wake.notify_one();
-                    return Ok(());
-                }
-                Err(TrySendError::Full(back)) => {
-                    msg = back;
-                    self.wake.notify_one();
-                    tokio::task::yield_now().await;
-                }
-                Err(TrySendError::Disconnected(_)) => return Err(ShardGone),
-            }
-        }
-    }
-
-    /// Queues one batch to run until its replies pass `budget` bytes (`usize::MAX`: all of
-    /// it); the receiver yields the answer.
-    pub async fn submit(
-        &self,
-        cmds: Vec<KeyCmd>,
-        budget: usize,
-    ) -> Result<oneshot::Receiver<Answer>, ShardGone> {
-        let (tx, rx) = oneshot::channel();
-        self.send(ShardMsg::Batch {
-            cmds,
-            budget,
-            reply: tx,
-        })
-        .await?;
-        Ok(rx)
-    }
-
-    /// Queues a connection's key commands (see `ShardMsg::Keyed`).
-    pub async fn submit_keyed(
-        &self,
-        cmds: Vec<KeyCmd>,
-        slots: Vec<u16>,
-        budget: usize,
-    ) -> Result<oneshot::Receiver<Answer>, ShardGone> {
-        let (tx, rx) = oneshot::channel();
-        self.send(ShardMsg::Keyed {
-            cmds,
-            slots,
-            budget,
-            reply: tx,
-        })
-        .await?;
-        Ok(rx)
-    }
-
-    /// Sends one batch, runs all of it, and waits for its replies.
-    pub async fn call(&self, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ShardGone> {
-        let answer = self.submit(cmds, usize::MAX).await?.await;
-        answer.map(|a| a.replies).map_err(|_| ShardGone)
-    }
-
-    /// Asks the shard to stop; works from any thread, without a runtime.
-    pub fn stop(&self) {
-        // Stop must get through even when the queue is full of work.
-        let mut msg = ShardMsg::Stop;
-        for _ in 0..1000 {
-            match self.tx.try_send(msg) {
-                Ok(()) | Err(TrySendError::Disconnected(_)) => break,
-                Err(TrySendError::Full(back)) => {
-                    msg = back;
-                    self.wake.notify_one();
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-            }
-        }
-        self.wake.notify_one();
-    }
-}
-
-/// The receiving side of a shard, moved into its thread.
-pub struct ShardInbox {
-    rx: Receiver<ShardMsg>,
-    wake: Arc<Notify>,
-}
-
-/// Creates the channel pair of one shard.
-pub fn channel(id: usize) -> (ShardHandle, ShardInbox) {
-    let (tx, rx) = bounded(QUEUE_DEPTH);
-    let wake = Arc::new(Notify::new());
-    (
-        ShardHandle {
-            id,
-            tx,
-            wake: wake.clone(),
-            stats: Arc::new(ShardStats::default()),
-        },
-        ShardInbox { rx, wake },
-    )
-}
-
-impl ShardInbox {
-    /// The next message; waits on the event loop (not the thread) when the queue is empty.
-    pub async fn recv(&self) -> Option<ShardMsg> {
-        loop {
-            match self.rx.try_recv() {
-                Ok(m) => return Some(m),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) => self.wake.notified().await,
-            }
-        }
-    }
 }
 
 /// What one shard thread owns: its keys and its view of time.

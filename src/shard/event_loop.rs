@@ -1,0 +1,113 @@
+//! A shard's event loop: answers the messages in its inbox, runs the connections placed on it
+//! and its Raft groups' proposer, and expires keys on a timer.
+
+use super::{CoreRef, SWEEP_INTERVAL, ShardCore, ShardInbox, ShardMsg};
+use crate::shutdown::Shutdown;
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Runs one shard on this thread until it is told to stop, then waits for the node's
+/// shutdown and gives its connections a moment to say goodbye.
+///
+/// In a cluster the Raft groups the shard owns run on the same event loop (`rt`), so
+/// proposing, committing and applying never wait for another thread to wake up.
+///
+/// `adopt` turns a connection the acceptor handed over into the task that serves it on this
+/// loop, or into `None` when it cannot be served here.
+pub fn run<A, F>(
+    core: ShardCore,
+    inbox: ShardInbox,
+    shutdown: Shutdown,
+    rt: tokio::runtime::Runtime,
+    adopt: A,
+) where
+    A: Fn(&CoreRef, std::net::TcpStream, Shutdown) -> Option<F>,
+    F: Future<Output = ()> + 'static,
+{
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let core: CoreRef = Rc::new(RefCell::new(core));
+        let mut shutdown = shutdown;
+        let sweeper = {
+            let core = core.clone();
+            let mut shutdown = shutdown.clone();
+            tokio::task::spawn_local(async move {
+                let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => core.borrow_mut().sweep(),
+                        _ = shutdown.recv() => break,
+                    }
+                }
+            })
+        };
+        let mut conns = tokio::task::JoinSet::new();
+        let mut proposing = Vec::new();
+        while let Some(msg) = inbox.recv().await {
+            match msg {
+                ShardMsg::Batch {
+                    cmds,
+                    budget,
+                    reply,
+                } => {
+                    let answer = core.borrow_mut().apply_batch(cmds, budget);
+                    // The asking connection may have gone; its replies are then dropped.
+                    let _ = reply.send(answer);
+                }
+                ShardMsg::Keyed {
+                    cmds,
+                    slots,
+                    budget,
+                    reply,
+                } => core.borrow_mut().run_for(cmds, &slots, budget, reply),
+                ShardMsg::ApplyAt { batches, reply } => {
+                    let replies = core.borrow_mut().apply_entries(batches);
+                    let _ = reply.send(replies);
+                }
+                ShardMsg::Attach(cluster, run) => {
+                    let p = crate::cluster::proposer::Proposer::new(cluster, run);
+                    let kick = p.kick();
+                    core.borrow_mut().proposer = Some(p);
+                    proposing.push(tokio::task::spawn_local(
+                        crate::cluster::proposer::propose_turns(core.clone(), kick),
+                    ));
+                }
+                ShardMsg::Export { slots, now, reply } => {
+                    let _ = reply.send(core.borrow().export(slots, now));
+                }
+                ShardMsg::Import {
+                    slots,
+                    records,
+                    reply,
+                } => {
+                    core.borrow_mut().import(slots, &records);
+                    let _ = reply.send(());
+                }
+                ShardMsg::Accept(std_stream) => {
+                    if let Some(serve) = adopt(&core, std_stream, shutdown.clone()) {
+                        conns.spawn_local(serve);
+                    }
+                }
+                ShardMsg::SyncCaps { reply } => {
+                    core.borrow_mut().store.sync_caps();
+                    let _ = reply.send(());
+                }
+                ShardMsg::Stop => break,
+            }
+            while conns.try_join_next().is_some() {}
+        }
+        shutdown.recv().await;
+        // Connections saw the shutdown signal; give them a moment to say goodbye.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
+        sweeper.abort();
+        for p in proposing {
+            p.abort();
+        }
+    });
+}

@@ -1,0 +1,21 @@
+//! Shard threads: one single-threaded event loop per core, each owning a disjoint part of the
+//! keyspace and the client connections placed on it.
+//!
+//! A command whose key the connection's own shard owns runs inline, with no hand-off at all.
+//! A command for another shard travels there in a batch (one message per shard per round)
+//! over a bounded crossbeam channel; a `Notify` wakes the target's event loop, which drains
+//! the channel and answers each batch over a oneshot. Only the owning thread ever touches a
+//! `Store`, so every command is atomic without a lock.
+//!
+//! - `core`: the shard's keys and clock, and how commands are applied to them;
+//! - `msg`: the messages a shard takes, its answers, and the channel they travel on;
+//! - `event_loop`: the loop that owns a `ShardCore` and answers its inbox.
+
+mod core;
+mod event_loop;
+mod msg;
+
+pub(crate) use self::core::release_free_memory;
+pub use self::core::{CoreRef, Outcome, SWEEP_INTERVAL, ShardCore, ShardStats, reply_bytes};
+pub use event_loop::run;
+pub use msg::{Answer, ShardGone, ShardHandle, ShardInbox, ShardMsg, channel};

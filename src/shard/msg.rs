@@ -1,0 +1,198 @@
+//! How work reaches a shard: the messages it takes, the answers it gives, and the bounded
+//! channel between (`ShardHandle` sends from any thread, `ShardInbox` is the shard's end).
+
+use super::ShardStats;
+use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::store::Record;
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
+
+/// Messages queued per shard before senders have to wait.
+const QUEUE_DEPTH: usize = 4096;
+
+pub enum ShardMsg {
+    /// A connection's key commands for this shard (`slots[i]` is the hash slot of `cmds[i]`):
+    /// applied at once on a standalone node, run until their replies pass `budget` bytes
+    /// (the rest come back unrun); in a cluster, proposed to their groups and answered when
+    /// the entries are applied.
+    Keyed {
+        cmds: Vec<KeyCmd>,
+        slots: Vec<u16>,
+        budget: usize,
+        reply: oneshot::Sender<Answer>,
+    },
+    /// Commands applied to this shard's own copy of the keys at once, replicated or not
+    /// (node-wide reads such as KEYS, and a standalone node's cross-shard commands).
+    Batch {
+        cmds: Vec<KeyCmd>,
+        budget: usize,
+        reply: oneshot::Sender<Answer>,
+    },
+    /// This node is a cluster member: from now on key commands are proposed to their
+    /// groups. `run` tells this run's entries from earlier ones.
+    Attach(std::sync::Arc<crate::cluster::node::Cluster>, u64),
+    /// Commands of committed Raft entries, applied at each entry's time.
+    ApplyAt {
+        batches: Vec<crate::cluster::state_machine::EntryBatch>,
+        reply: oneshot::Sender<Vec<Vec<Reply>>>,
+    },
+    /// Copies out the keys of a slot range (a group's snapshot).
+    Export {
+        slots: (u16, u16),
+        now: u64,
+        reply: oneshot::Sender<Vec<Record>>,
+    },
+    /// Replaces the keys of a slot range (installing a group's snapshot).
+    Import {
+        slots: (u16, u16),
+        records: Vec<Record>,
+        reply: oneshot::Sender<()>,
+    },
+    /// A new client connection to serve on this shard.
+    Accept(std::net::TcpStream),
+    /// The node's caps were switched on or off: start or stop counting this shard's keys in
+    /// them now, before the reply, so the change is in force on every shard once all replied.
+    SyncCaps {
+        reply: oneshot::Sender<()>,
+    },
+    Stop,
+}
+
+/// A shard's answer to a batch: one reply per command it ran, in order, and the commands it
+/// did not run because the replies had reached the batch's byte budget.
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub replies: Vec<Reply>,
+    pub rest: Vec<KeyCmd>,
+    /// In a cluster: why a group refused the batch (every command of that group's share
+    /// answered with this error).
+    pub refused: Option<String>,
+}
+
+/// The sending side of a shard, shared by every thread.
+#[derive(Clone)]
+pub struct ShardHandle {
+    pub id: usize,
+    tx: Sender<ShardMsg>,
+    wake: Arc<Notify>,
+    pub stats: Arc<ShardStats>,
+}
+
+/// The shard is gone (the node is shutting down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardGone;
+
+impl ShardHandle {
+    /// Queues a message and wakes the shard. A full queue makes the caller wait (yielding to
+    /// other tasks) rather than grow without bound.
+    pub async fn send(&self, mut msg: ShardMsg) -> Result<(), ShardGone> {
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => {
+                    self.wake.notify_one();
+                    return Ok(());
+                }
+                Err(TrySendError::Full(back)) => {
+                    msg = back;
+                    self.wake.notify_one();
+                    tokio::task::yield_now().await;
+                }
+                Err(TrySendError::Disconnected(_)) => return Err(ShardGone),
+            }
+        }
+    }
+
+    /// Queues one batch to run until its replies pass `budget` bytes (`usize::MAX`: all of
+    /// it); the receiver yields the answer.
+    pub async fn submit(
+        &self,
+        cmds: Vec<KeyCmd>,
+        budget: usize,
+    ) -> Result<oneshot::Receiver<Answer>, ShardGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(ShardMsg::Batch {
+            cmds,
+            budget,
+            reply: tx,
+        })
+        .await?;
+        Ok(rx)
+    }
+
+    /// Queues a connection's key commands (see `ShardMsg::Keyed`).
+    pub async fn submit_keyed(
+        &self,
+        cmds: Vec<KeyCmd>,
+        slots: Vec<u16>,
+        budget: usize,
+    ) -> Result<oneshot::Receiver<Answer>, ShardGone> {
+        let (tx, rx) = oneshot::channel();
+        self.send(ShardMsg::Keyed {
+            cmds,
+            slots,
+            budget,
+            reply: tx,
+        })
+        .await?;
+        Ok(rx)
+    }
+
+    /// Sends one batch, runs all of it, and waits for its replies.
+    pub async fn call(&self, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ShardGone> {
+        let answer = self.submit(cmds, usize::MAX).await?.await;
+        answer.map(|a| a.replies).map_err(|_| ShardGone)
+    }
+
+    /// Asks the shard to stop; works from any thread, without a runtime.
+    pub fn stop(&self) {
+        // Stop must get through even when the queue is full of work.
+        let mut msg = ShardMsg::Stop;
+        for _ in 0..1000 {
+            match self.tx.try_send(msg) {
+                Ok(()) | Err(TrySendError::Disconnected(_)) => break,
+                Err(TrySendError::Full(back)) => {
+                    msg = back;
+                    self.wake.notify_one();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        self.wake.notify_one();
+    }
+}
+
+/// The receiving side of a shard, moved into its thread.
+pub struct ShardInbox {
+    rx: Receiver<ShardMsg>,
+    wake: Arc<Notify>,
+}
+
+/// Creates the channel pair of one shard.
+pub fn channel(id: usize) -> (ShardHandle, ShardInbox) {
+    let (tx, rx) = bounded(QUEUE_DEPTH);
+    let wake = Arc::new(Notify::new());
+    (
+        ShardHandle {
+            id,
+            tx,
+            wake: wake.clone(),
+            stats: Arc::new(ShardStats::default()),
+        },
+        ShardInbox { rx, wake },
+    )
+}
+
+impl ShardInbox {
+    /// The next message; waits on the event loop (not the thread) when the queue is empty.
+    pub async fn recv(&self) -> Option<ShardMsg> {
+        loop {
+            match self.rx.try_recv() {
+                Ok(m) => return Some(m),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => self.wake.notified().await,
+            }
+        }
+    }
+}
