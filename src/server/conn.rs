@@ -17,7 +17,7 @@
 //! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
 //!   growth passes it is closed.
 
-use super::{ClientInfo, Node, Pending, is_barrier, is_no_auth};
+use super::{ClientInfo, Node};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::{self, ParseError, Parsed, table};
 use crate::protocol::{Args, ReplyWriter, Request, RequestParser, encode};
@@ -70,11 +70,11 @@ impl From<std::io::Error> for Stop {
 }
 
 /// Where one request's reply comes from, in request order.
-enum Part {
+enum ReplySource {
     /// Already encoded, in `Round::local[start..end]`.
     Local(usize, usize),
     /// The next reply from this shard's batch.
-    Unit(usize),
+    Shard(usize),
 }
 
 /// The requests of one round, split by the shard that owns their keys.
@@ -83,7 +83,7 @@ struct Round {
     /// The hash slot of each command in `queued` (a cluster proposes by slot's group, and
     /// answers -MOVED by slot).
     slots: Vec<Vec<u16>>,
-    order: Vec<Part>,
+    order: Vec<ReplySource>,
     local: Vec<u8>,
     /// Commands in this round that return a stored value.
     value_cmds: usize,
@@ -415,7 +415,7 @@ impl Conn {
             self.round.local = buf;
             self.round
                 .order
-                .push(Part::Local(start, self.round.local.len()));
+                .push(ReplySource::Local(start, self.round.local.len()));
             res?;
         }
         Ok(())
@@ -432,7 +432,7 @@ impl Conn {
         let returns_value = returns_stored_value(&cmd);
         self.round.queued[s].push(cmd);
         self.round.slots[s].push(slot);
-        self.round.order.push(Part::Unit(s));
+        self.round.order.push(ReplySource::Shard(s));
         if returns_value {
             self.round.value_cmds += 1;
             let largest = self.node.live.caps.largest_value();
@@ -449,7 +449,7 @@ impl Conn {
         f(&mut ReplyWriter::new(&mut self.round.local, self.resp3));
         self.round
             .order
-            .push(Part::Local(start, self.round.local.len()));
+            .push(ReplySource::Local(start, self.round.local.len()));
     }
 
     fn local_error(&mut self, msg: &str) {
@@ -519,8 +519,8 @@ impl Conn {
             let mut w = ReplyWriter::new(&mut self.out, self.resp3);
             while next < order.len() {
                 match order[next] {
-                    Part::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
-                    Part::Unit(s) => match replies[s].next() {
+                    ReplySource::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
+                    ReplySource::Shard(s) => match replies[s].next() {
                         Some(r) => encode(&mut w, &r),
                         // The shard stopped at its budget: ask it for the rest.
                         None if !self.round.queued[s].is_empty() => break,
@@ -698,19 +698,38 @@ impl Conn {
         rx.await.map_err(|_| ShardGone)
     }
 
-    /// Sends a batch to shard `s` to apply at once, whole: inline when it is this
-    /// connection's own shard.
-    pub(super) async fn dispatch(&self, s: usize, cmds: Vec<KeyCmd>) -> Result<Pending, ShardGone> {
-        if s == self.my_shard {
-            Ok(Pending::Ready(
-                self.core.borrow_mut().apply_batch_local(cmds),
-            ))
-        } else {
-            Ok(Pending::Wait(
-                self.node.shards[s].submit(cmds, usize::MAX).await?,
-            ))
-        }
+    /// Runs a command the node answers itself, writing its reply into `buf`.
+    async fn node_command(
+        &mut self,
+        spec: &'static table::CommandSpec,
+        args: Args,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), ShardGone> {
+        super::node_cmds::run(self, spec, args, buf).await
     }
+}
+
+fn is_no_auth(name: &[u8]) -> bool {
+    ["auth", "hello", "quit", "reset"]
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Commands that must see every earlier reply written before they run.
+fn is_barrier(name: &str) -> bool {
+    matches!(
+        name,
+        "hello"
+            | "auth"
+            | "quit"
+            | "reset"
+            | "dbsize"
+            | "flushall"
+            | "flushdb"
+            | "keys"
+            | "scan"
+            | "select"
+    )
 }
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
