@@ -152,7 +152,8 @@ impl Node {
     }
 }
 
-/// A running node; dropping it does not stop it, `shutdown` does.
+/// A running node; `shutdown` stops it and waits for it. Dropping it drops the shutdown
+/// trigger, which stops the node's tasks and connections but not its shard threads.
 pub struct NodeHandle {
     pub addr: SocketAddr,
     pub node: Arc<Node>,
