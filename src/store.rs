@@ -30,6 +30,9 @@ pub enum Value<'a> {
 }
 
 /// A value detached from the store, for snapshots.
+///
+/// On-disk format: bincode-encoded into snapshots (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OwnedValue {
     Bucket(State),
@@ -38,6 +41,10 @@ pub enum OwnedValue {
 }
 
 /// One key as it travels in a snapshot.
+///
+/// On-disk format: bincode-encoded into snapshots (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     pub key: Vec<u8>,

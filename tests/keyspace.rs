@@ -1,6 +1,7 @@
-//! The keyspace over time and at its caps: TTLs on the manual clock, active expiry of keys
-//! nobody touches, the key and memory caps (new keys refused, live buckets unharmed), and
-//! multi-key commands over keys on several shards.
+//! The keyspace over time and at its caps, on a standalone node: active expiry of keys nobody
+//! touches, the key and memory caps (new keys refused, live buckets unharmed), and multi-key
+//! commands over keys on several shards. TTLs on the manual clock run on a standalone node and
+//! on a cluster alike, in tests/behaviour/strings.rs.
 
 mod common;
 
@@ -24,74 +25,6 @@ async fn wait_dbsize(node: &TestNode, want: i64) {
         },
     )
     .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ttls_follow_the_clock() {
-    bounded(async {
-        let node = TestNode::start().await;
-        let mut c = node.conn().await;
-        let _: () = q(&mut c, &["SET", "k", "v", "EX", "10"]).await;
-        node.advance_ms(3_000);
-        assert_eq!(q::<i64>(&mut c, &["TTL", "k"]).await, 7);
-        assert_eq!(q::<i64>(&mut c, &["PTTL", "k"]).await, 7_000);
-        node.advance_ms(6_999);
-        assert_eq!(q::<i64>(&mut c, &["PTTL", "k"]).await, 1);
-        assert_eq!(
-            q::<Option<String>>(&mut c, &["GET", "k"]).await.as_deref(),
-            Some("v")
-        );
-        node.advance_ms(1);
-        assert_eq!(q::<Option<String>>(&mut c, &["GET", "k"]).await, None);
-        assert_eq!(q::<i64>(&mut c, &["TTL", "k"]).await, -2);
-        assert_eq!(q::<i64>(&mut c, &["EXISTS", "k"]).await, 0);
-        assert_eq!(q::<String>(&mut c, &["TYPE", "k"]).await, "none");
-        assert_eq!(q::<i64>(&mut c, &["EXPIRE", "k", "100"]).await, 0);
-        // An expired key is gone for every command: SET NX succeeds, INCR starts from zero.
-        let _: () = q(&mut c, &["SET", "n", "41", "PX", "500"]).await;
-        assert_eq!(q::<i64>(&mut c, &["INCR", "n"]).await, 42);
-        assert_eq!(q::<i64>(&mut c, &["PTTL", "n"]).await, 500);
-        node.advance_ms(500);
-        assert_eq!(q::<i64>(&mut c, &["INCR", "n"]).await, 1);
-        assert_eq!(q::<i64>(&mut c, &["TTL", "n"]).await, -1);
-        let _: () = q(&mut c, &["SET", "nx", "old", "PX", "10"]).await;
-        node.advance_ms(10);
-        assert_eq!(
-            run(&mut c, &["SET", "nx", "new", "NX"]).await,
-            Ok(redis::Value::Okay)
-        );
-        assert_eq!(q::<String>(&mut c, &["GET", "nx"]).await, "new");
-        // EXPIREAT is absolute on the node's clock.
-        let _: () = q(&mut c, &["SET", "at", "v"]).await;
-        let at = (START_NS / 1_000_000_000 + 3_600).to_string();
-        assert_eq!(q::<i64>(&mut c, &["EXPIREAT", "at", &at]).await, 1);
-        let ttl: i64 = q(&mut c, &["TTL", "at"]).await;
-        assert!((3_600 - 20..=3_600).contains(&ttl), "TTL {ttl}");
-
-        // A bucket lives until it is full again.
-        assert_eq!(
-            limit(&mut c, &["BK.CHECK", "b", "10/1s", "COST", "3"]).await[2],
-            7
-        );
-        assert_eq!(q::<i64>(&mut c, &["PTTL", "b"]).await, 300);
-        node.advance_ms(299);
-        assert_eq!(q::<i64>(&mut c, &["EXISTS", "b"]).await, 1);
-        node.advance_ms(1);
-        assert_eq!(q::<i64>(&mut c, &["EXISTS", "b"]).await, 0);
-        for spec in ["fixed:5/1s", "sliding:5/1s"] {
-            let k = format!("w:{spec}");
-            assert_eq!(limit(&mut c, &["BK.CHECK", &k, spec]).await[0], 1);
-            assert_eq!(q::<i64>(&mut c, &["EXISTS", &k]).await, 1);
-        }
-        // A sliding window remembers its count through the next window too.
-        node.advance_ms(1_000);
-        assert_eq!(q::<i64>(&mut c, &["EXISTS", "w:fixed:5/1s"]).await, 0);
-        assert_eq!(q::<i64>(&mut c, &["EXISTS", "w:sliding:5/1s"]).await, 1);
-        node.advance_ms(1_000);
-        assert_eq!(q::<i64>(&mut c, &["EXISTS", "w:sliding:5/1s"]).await, 0);
-        node.shutdown().await;
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,12 +48,19 @@ pub trait Executor: Send + Sync + 'static {
 }
 
 /// What a snapshot holds besides the keys.
+///
+/// On-disk format: bincode-encoded into snapshots (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Serialize, Deserialize)]
 struct SnapshotBody {
     last_ts: u64,
     records: Vec<Record>,
 }
 
+/// On-disk format: bincode-encoded into snapshots (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Serialize, Deserialize)]
 struct SnapshotFile {
     meta: SnapshotMeta,

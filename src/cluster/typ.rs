@@ -11,6 +11,10 @@ use std::fmt;
 
 /// A batch of commands stamped with the leader's clock: one log entry. Every replica applies
 /// the commands at `ts`, so every replica computes the same buckets.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Proposal {
     /// Leader time in ns since the epoch when the batch was proposed.
@@ -24,6 +28,10 @@ pub struct Proposal {
 /// Names a batch gathered by one shard of one node run: the shard's run (a number drawn at
 /// start, so a restarted node never mistakes an old entry for one it waits on) and the
 /// batch's place in that run.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Origin {
     pub run: u64,
@@ -37,6 +45,10 @@ impl fmt::Display for Proposal {
 }
 
 /// One reply per command of the applied proposal (empty for blank and membership entries).
+///
+/// On-disk format rules apply: bincode-encoded in the Raft replies nodes send each other (golden
+/// bytes in tests/encoding.rs). Its field never changes type; changes are append-only (new
+/// `Reply` variants) or take a new format version.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Applied(pub Vec<Reply>);
 

@@ -18,6 +18,9 @@ const NS_PER_MS: u64 = 1_000_000;
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// How SET treats an existing key.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SetCond {
     Always,
@@ -28,6 +31,9 @@ pub enum SetCond {
 }
 
 /// SET's expiry option.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SetExpiry {
     /// No option: the key loses any TTL it had.
@@ -40,6 +46,9 @@ pub enum SetExpiry {
 }
 
 /// EXPIRE's condition.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ExpireCond {
     Always,
@@ -52,6 +61,9 @@ pub enum ExpireCond {
 }
 
 /// The command a time argument came from: Redis names it in "invalid expire time" errors.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TimeCmd {
     Set,
@@ -86,6 +98,9 @@ impl TimeCmd {
 
 /// GETEX's option. Redis validates the time only once it has found a string under the key,
 /// so a refused time travels to the shard and is reported there.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum GetExOpt {
     /// No option: GETEX is GET.
@@ -101,6 +116,8 @@ pub enum GetExOpt {
     Invalid,
 }
 
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum KeyCmd {
     Get(Bytes),
@@ -254,6 +271,9 @@ impl KeyCmd {
     }
 }
 
+/// On-disk format rules apply: bincode-encoded in the Raft replies nodes send each other (golden
+/// bytes in tests/encoding.rs). Variants are append-only: add new ones at the end, never
+/// reorder or change existing ones.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Ok,

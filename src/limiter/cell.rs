@@ -44,6 +44,10 @@ const NS_PER_MS: i128 = 1_000_000;
 const NS_PER_US: i128 = 1_000;
 
 /// The numeric arguments of CL.THROTTLE, as parsed from the wire (quantity defaults to 1 there).
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellArgs {
     pub max_burst: i64,

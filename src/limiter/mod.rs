@@ -17,6 +17,9 @@ const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
 
 /// Which counting scheme a [`Rule`] uses.
+///
+/// On-disk format: bincode-encoded into the Raft log and snapshots (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Algorithm {
     /// Generic cell rate algorithm (a token bucket kept as one timestamp).
@@ -62,6 +65,10 @@ impl FromStr for Algorithm {
 ///
 /// Build it with [`Rule::new`] or [`parse_spec`]; the fields are public for reading. A rule built by
 /// hand that breaks the checks of `new` never causes a panic, but its decisions are unspecified.
+///
+/// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
+/// Fields never move or change type; changes are append-only (a new variant of the enum that
+/// carries it) or take a new format version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rule {
     pub algorithm: Algorithm,
@@ -241,6 +248,9 @@ fn parse_period(s: &str) -> Result<u64, RuleError> {
 }
 
 /// Per-key state; the caller stores one of these per key.
+///
+/// On-disk format: bincode-encoded into snapshots (golden bytes in tests/encoding.rs).
+/// Variants are append-only: add new ones at the end, never reorder or change existing ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum State {
     /// Theoretical arrival time: when the bucket would be full again (absolute ns).

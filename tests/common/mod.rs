@@ -136,7 +136,7 @@ pub async fn connect_url(url: &str) -> redis::aio::MultiplexedConnection {
 
 /// Runs a command through the `redis` crate and returns the raw value or the error text.
 pub async fn run(
-    con: &mut redis::aio::MultiplexedConnection,
+    con: &mut impl redis::aio::ConnectionLike,
     args: &[&str],
 ) -> Result<redis::Value, String> {
     let mut c = redis::cmd(args[0]);
@@ -150,7 +150,7 @@ pub async fn run(
 
 /// Runs a command that must succeed and converts its reply.
 pub async fn q<T: redis::FromRedisValue>(
-    con: &mut redis::aio::MultiplexedConnection,
+    con: &mut impl redis::aio::ConnectionLike,
     args: &[&str],
 ) -> T {
     let mut c = redis::cmd(args[0]);
@@ -164,7 +164,7 @@ pub async fn q<T: redis::FromRedisValue>(
 }
 
 /// Runs a command that must fail and returns the whole error line (code and message).
-pub async fn q_err(con: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> String {
+pub async fn q_err(con: &mut impl redis::aio::ConnectionLike, args: &[&str]) -> String {
     match run(con, args).await {
         Ok(v) => panic!("{args:?} should fail, got {v:?}"),
         Err(e) => e,
@@ -181,7 +181,7 @@ pub fn err_text(e: &redis::RedisError) -> String {
 }
 
 /// Five integers of a limit reply.
-pub async fn limit(con: &mut redis::aio::MultiplexedConnection, args: &[&str]) -> [i64; 5] {
+pub async fn limit(con: &mut impl redis::aio::ConnectionLike, args: &[&str]) -> [i64; 5] {
     let v: Vec<i64> = q(con, args).await;
     v.try_into()
         .unwrap_or_else(|v: Vec<i64>| panic!("{args:?}: expected 5 integers, got {v:?}"))

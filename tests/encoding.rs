@@ -1,0 +1,587 @@
+//! Golden bytes of everything bincode writes into the Raft log and snapshots: log entries and
+//! their `Proposal`s (the `KeyCmd`s and their arguments), the `Applied` replies, and the
+//! snapshot records (keys with their limiter state). A node must read what an earlier version
+//! wrote, so these encodings may not change; this test fails when one does.
+//!
+//! bincode writes an enum variant as its index and a struct as its fields in order, so
+//! reordering variants or fields, or changing a field's type, changes the bytes. A new variant
+//! goes at the end of its enum (old bytes then still mean what they meant); anything else needs
+//! a new format version and a conversion of old logs and snapshots.
+//!
+//! `BUCKETD_PRINT_GOLDEN=1 cargo test --test encoding -- --nocapture` prints the current bytes
+//! in the table's form, for a value added to the table (never to paper over a change).
+
+use bucketd::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, TypeConfig};
+use bucketd::cmd::keyed::{ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd};
+use bucketd::limiter::cell::CellArgs;
+use bucketd::limiter::{Algorithm, Rule, State};
+use bucketd::store::{OwnedValue, Record};
+use bytes::Bytes;
+use openraft::Membership;
+use openraft::entry::RaftEntry;
+use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+/// The configuration the log store (`cluster::log_store`) and the state machine
+/// (`cluster::state_machine`) encode with.
+fn encode(v: &impl Serialize) -> String {
+    let bytes = bincode::serde::encode_to_vec(v, bincode::config::standard())
+        .expect("every value here encodes");
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A value's name and its encoding.
+fn enc(name: &'static str, v: &impl Serialize) -> (&'static str, String) {
+    (name, encode(v))
+}
+
+/// Compares every value's encoding with its golden bytes, and fails with all the
+/// differences at once.
+fn check(table: &str, golden: &[(&str, &str)], actual: Vec<(&'static str, String)>) {
+    if std::env::var_os("BUCKETD_PRINT_GOLDEN").is_some() {
+        println!("// {table}");
+        for (name, hex) in &actual {
+            println!("({name:?}, {hex:?}),");
+        }
+    }
+    let mut changed = Vec::new();
+    for (name, hex) in &actual {
+        match golden.iter().find(|(n, _)| n == name) {
+            Some((_, g)) if g == hex => {}
+            Some((_, g)) => changed.push(format!("  {name}: golden {g}, now {hex}")),
+            None => changed.push(format!("  {name}: no golden bytes (now {hex})")),
+        }
+    }
+    for (name, _) in golden {
+        if !actual.iter().any(|(n, _)| n == name) {
+            changed.push(format!("  {name}: golden bytes but no value encoded"));
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "the on-disk format changed: these {table} values no longer encode as the Raft logs \
+         and snapshots of earlier versions hold them:\n{}\n\
+         Old logs and snapshots would then fail to decode, or decode as something else. Keep \
+         enum variants and struct fields in their order and with their types, and add a new \
+         variant only at the end of its enum (old bytes still mean what they meant); a change \
+         that cannot be made that way needs a new format version and a conversion of existing \
+         data. Only a value newly added to this test takes its golden bytes from the current \
+         code (BUCKETD_PRINT_GOLDEN=1 prints them).",
+        changed.join("\n")
+    );
+}
+
+fn b(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+const RULE: Rule = Rule {
+    algorithm: Algorithm::Sliding,
+    limit: 100,
+    period_ns: 60_000_000_000,
+    burst: 100,
+};
+
+const CELL: CellArgs = CellArgs {
+    max_burst: 15,
+    count: 30,
+    period_s: 60,
+    quantity: 1,
+};
+
+#[test]
+fn limiter_types_keep_their_encoding() {
+    check(
+        "limiter",
+        GOLDEN_LIMITER,
+        vec![
+            enc("Algorithm::Gcra", &Algorithm::Gcra),
+            enc("Algorithm::Sliding", &Algorithm::Sliding),
+            enc("Algorithm::Fixed", &Algorithm::Fixed),
+            enc("Rule", &RULE),
+            enc("CellArgs", &CELL),
+            enc(
+                "State::Gcra",
+                &State::Gcra {
+                    tat: 1_700_000_000_000_000_000,
+                },
+            ),
+            enc(
+                "State::Fixed",
+                &State::Fixed {
+                    start: 1_700_000_000_000_000_000,
+                    count: 7,
+                },
+            ),
+            enc(
+                "State::Sliding",
+                &State::Sliding {
+                    start: 1_700_000_000_000_000_000,
+                    prev: 3,
+                    cur: 9,
+                },
+            ),
+        ],
+    );
+}
+
+#[test]
+fn command_arguments_keep_their_encoding() {
+    check(
+        "command argument",
+        GOLDEN_ARGS,
+        vec![
+            enc("SetCond::Always", &SetCond::Always),
+            enc("SetCond::IfAbsent", &SetCond::IfAbsent),
+            enc("SetCond::IfPresent", &SetCond::IfPresent),
+            enc("SetExpiry::Clear", &SetExpiry::Clear),
+            enc("SetExpiry::KeepTtl", &SetExpiry::KeepTtl),
+            enc("SetExpiry::In", &SetExpiry::In(1500)),
+            enc("SetExpiry::At", &SetExpiry::At(1_700_000_060_000)),
+            enc("ExpireCond::Always", &ExpireCond::Always),
+            enc("ExpireCond::Nx", &ExpireCond::Nx),
+            enc("ExpireCond::Xx", &ExpireCond::Xx),
+            enc("ExpireCond::Gt", &ExpireCond::Gt),
+            enc("ExpireCond::Lt", &ExpireCond::Lt),
+            enc("ExpireCond::XxLt", &ExpireCond::XxLt),
+            enc("TimeCmd::Set", &TimeCmd::Set),
+            enc("TimeCmd::SetEx", &TimeCmd::SetEx),
+            enc("TimeCmd::PSetEx", &TimeCmd::PSetEx),
+            enc("TimeCmd::GetEx", &TimeCmd::GetEx),
+            enc("TimeCmd::Expire", &TimeCmd::Expire),
+            enc("TimeCmd::PExpire", &TimeCmd::PExpire),
+            enc("TimeCmd::ExpireAt", &TimeCmd::ExpireAt),
+            enc("TimeCmd::PExpireAt", &TimeCmd::PExpireAt),
+            enc("GetExOpt::Keep", &GetExOpt::Keep),
+            enc("GetExOpt::Persist", &GetExOpt::Persist),
+            enc("GetExOpt::In", &GetExOpt::In(2500)),
+            enc("GetExOpt::At", &GetExOpt::At(1_700_000_000_700)),
+            enc("GetExOpt::NotInteger", &GetExOpt::NotInteger),
+            enc("GetExOpt::Invalid", &GetExOpt::Invalid),
+        ],
+    );
+}
+
+/// One value of every `KeyCmd` variant, in declaration order.
+fn every_key_cmd() -> Vec<(&'static str, KeyCmd)> {
+    vec![
+        ("Get", KeyCmd::Get(b("k"))),
+        (
+            "Set",
+            KeyCmd::Set {
+                key: b("k"),
+                value: b("v"),
+                expiry: SetExpiry::In(10_000),
+                cond: SetCond::IfAbsent,
+                get: true,
+            },
+        ),
+        (
+            "IncrBy",
+            KeyCmd::IncrBy {
+                key: b("n"),
+                delta: -5,
+            },
+        ),
+        (
+            "Expire",
+            KeyCmd::Expire {
+                key: b("k"),
+                ms: -1,
+                absolute: true,
+                cond: ExpireCond::Gt,
+            },
+        ),
+        ("Persist", KeyCmd::Persist(b("k"))),
+        (
+            "Ttl",
+            KeyCmd::Ttl {
+                key: b("k"),
+                ms: true,
+            },
+        ),
+        ("Type", KeyCmd::Type(b("k"))),
+        ("Del", KeyCmd::Del(vec![b("a"), b("b")])),
+        ("Exists", KeyCmd::Exists(vec![b("a"), b("a")])),
+        (
+            "Throttle",
+            KeyCmd::Throttle {
+                key: b("user123"),
+                args: CELL,
+            },
+        ),
+        (
+            "Check",
+            KeyCmd::Check {
+                key: b("b"),
+                rule: RULE,
+                cost: 3,
+                peek: true,
+            },
+        ),
+        (
+            "CheckAll",
+            KeyCmd::CheckAll {
+                keys: vec![b("{u}:m"), b("{u}:s")],
+                rules: vec![
+                    RULE,
+                    Rule {
+                        algorithm: Algorithm::Fixed,
+                        limit: 3,
+                        period_ns: 1_000_000_000,
+                        burst: 3,
+                    },
+                ],
+                cost: 1,
+                peek: false,
+            },
+        ),
+        (
+            "Refund",
+            KeyCmd::Refund {
+                keys: vec![b("x")],
+                rules: vec![RULE],
+                cost: 2,
+            },
+        ),
+        (
+            "Lease",
+            KeyCmd::Lease {
+                key: b("l"),
+                rule: RULE,
+                max: 4,
+            },
+        ),
+        ("DbSize", KeyCmd::DbSize),
+        ("FlushAll", KeyCmd::FlushAll),
+        ("Keys", KeyCmd::Keys(b("*"))),
+        (
+            "ExpireChecked",
+            KeyCmd::ExpireChecked {
+                key: b("k"),
+                ms: 120_000,
+                cond: ExpireCond::XxLt,
+                cmd: TimeCmd::PExpire,
+            },
+        ),
+        (
+            "SetEx",
+            KeyCmd::SetEx {
+                key: b("k"),
+                value: b("v"),
+                ms: 10_000,
+                cmd: TimeCmd::SetEx,
+            },
+        ),
+        (
+            "SetNx",
+            KeyCmd::SetNx {
+                key: b("k"),
+                value: b("v"),
+            },
+        ),
+        (
+            "GetSet",
+            KeyCmd::GetSet {
+                key: b("k"),
+                value: b("v"),
+            },
+        ),
+        (
+            "GetEx",
+            KeyCmd::GetEx {
+                key: b("k"),
+                opt: GetExOpt::Persist,
+            },
+        ),
+        ("GetDel", KeyCmd::GetDel(b("k"))),
+        (
+            "ExpireTime",
+            KeyCmd::ExpireTime {
+                key: b("k"),
+                ms: false,
+            },
+        ),
+        (
+            "IncrByFloat",
+            KeyCmd::IncrByFloat {
+                key: b("f"),
+                incr: b("1.5"),
+            },
+        ),
+        ("MGet", KeyCmd::MGet(vec![b("a"), b("b")])),
+        (
+            "MSet",
+            KeyCmd::MSet {
+                keys: vec![b("a"), b("b")],
+                values: vec![b("1"), b("2")],
+            },
+        ),
+        (
+            "Scan",
+            KeyCmd::Scan {
+                from: 7,
+                count: 10,
+                pattern: Some(b("k*")),
+                type_name: None,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_key_cmd_keeps_its_encoding() {
+    let actual = every_key_cmd()
+        .iter()
+        .map(|(name, cmd)| enc(name, cmd))
+        .collect();
+    check("KeyCmd", GOLDEN_KEY_CMD, actual);
+}
+
+/// One value of every `Reply` variant, in declaration order.
+fn every_reply() -> Vec<(&'static str, Reply)> {
+    vec![
+        ("Ok", Reply::Ok),
+        ("Nil", Reply::Nil),
+        ("Int", Reply::Int(-42)),
+        ("Bulk", Reply::Bulk(b("v"))),
+        ("Simple", Reply::Simple(Cow::Borrowed("PONG"))),
+        (
+            "Error",
+            Reply::Error(Cow::Borrowed("ERR value is not an integer or out of range")),
+        ),
+        ("Limit", Reply::Limit([1, 10, 9, -1, 100])),
+        (
+            "LimitAll",
+            Reply::LimitAll(
+                [0, 3, 0, 20_000, 60_000],
+                vec![[0, 3, 0, 20_000, 60_000], [1, 10, 7, -1, 300]],
+            ),
+        ),
+        (
+            "Array",
+            Reply::Array(vec![Reply::Int(1), Reply::Bulk(b("k")), Reply::Nil]),
+        ),
+    ]
+}
+
+#[test]
+fn every_reply_keeps_its_encoding() {
+    let actual = every_reply().iter().map(|(name, r)| enc(name, r)).collect();
+    check("Reply", GOLDEN_REPLY, actual);
+}
+
+fn log_id(term: u64, index: u64) -> LogId {
+    openraft::testing::log_id::<TypeConfig>(term, 1, index)
+}
+
+fn proposal(origin: Option<Origin>) -> Proposal {
+    Proposal {
+        ts: 1_700_000_000_000_000_000,
+        origin,
+        cmds: vec![
+            KeyCmd::Get(b("k")),
+            KeyCmd::IncrBy {
+                key: b("n"),
+                delta: 1,
+            },
+        ],
+    }
+}
+
+#[test]
+fn log_entries_keep_their_encoding() {
+    let origin = Origin {
+        run: 0xfeed,
+        seq: 9,
+    };
+    let voters: BTreeSet<u64> = [1, 2, 3].into_iter().collect();
+    check(
+        "Raft log",
+        GOLDEN_LOG,
+        vec![
+            enc("Origin", &origin),
+            enc("Proposal with origin", &proposal(Some(origin))),
+            enc("Proposal without origin", &proposal(None)),
+            enc(
+                "Applied",
+                &Applied(vec![Reply::Ok, Reply::Limit([1, 10, 9, -1, 100])]),
+            ),
+            enc("Entry blank", &Entry::new_blank(log_id(2, 5))),
+            enc(
+                "Entry normal",
+                &Entry::new_normal(log_id(2, 6), proposal(Some(origin))),
+            ),
+            enc(
+                "Entry membership",
+                &Entry::new_membership(
+                    log_id(2, 7),
+                    Membership::new_with_defaults(vec![voters], []),
+                ),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn snapshot_records_keep_their_encoding() {
+    let record = |key: &str, value: OwnedValue, expires_at: u64| Record {
+        key: key.as_bytes().to_vec(),
+        value,
+        expires_at,
+    };
+    let records = vec![
+        record(
+            "b",
+            OwnedValue::Bucket(State::Gcra {
+                tat: 1_700_000_000_100_000_000,
+            }),
+            1_700_000_000_100_000_000,
+        ),
+        record("n", OwnedValue::Int(-10), 0),
+        record(
+            "s",
+            OwnedValue::Str(b"\x00\xffv".to_vec()),
+            1_700_000_010_000_000_000,
+        ),
+    ];
+    // The snapshot body (`cluster::state_machine`'s private `SnapshotBody`) is the last
+    // applied stamp followed by the records; bincode writes a struct exactly as the tuple of
+    // its fields, so the tuple stands for it here.
+    let body = (1_700_000_000_000_000_000u64, records.clone());
+    check(
+        "snapshot",
+        GOLDEN_SNAPSHOT,
+        vec![
+            enc("OwnedValue::Bucket", &records[0].value),
+            enc("OwnedValue::Int", &records[1].value),
+            enc("OwnedValue::Str", &records[2].value),
+            enc("Record", &records[0]),
+            enc("snapshot body", &body),
+        ],
+    );
+}
+
+// Golden bytes, as hex, generated from the code when each value was added to the table.
+
+const GOLDEN_LIMITER: &[(&str, &str)] = &[
+    ("Algorithm::Gcra", "00"),
+    ("Algorithm::Sliding", "01"),
+    ("Algorithm::Fixed", "02"),
+    ("Rule", "0164fd005847f80d00000064"),
+    ("CellArgs", "1e3c7802"),
+    ("State::Gcra", "00fd00002a36fe9c9717"),
+    ("State::Fixed", "01fd00002a36fe9c971707"),
+    ("State::Sliding", "02fd00002a36fe9c97170309"),
+];
+const GOLDEN_ARGS: &[(&str, &str)] = &[
+    ("SetCond::Always", "00"),
+    ("SetCond::IfAbsent", "01"),
+    ("SetCond::IfPresent", "02"),
+    ("SetExpiry::Clear", "00"),
+    ("SetExpiry::KeepTtl", "01"),
+    ("SetExpiry::In", "02fbdc05"),
+    ("SetExpiry::At", "03fd6052e6cf8b010000"),
+    ("ExpireCond::Always", "00"),
+    ("ExpireCond::Nx", "01"),
+    ("ExpireCond::Xx", "02"),
+    ("ExpireCond::Gt", "03"),
+    ("ExpireCond::Lt", "04"),
+    ("ExpireCond::XxLt", "05"),
+    ("TimeCmd::Set", "00"),
+    ("TimeCmd::SetEx", "01"),
+    ("TimeCmd::PSetEx", "02"),
+    ("TimeCmd::GetEx", "03"),
+    ("TimeCmd::Expire", "04"),
+    ("TimeCmd::PExpire", "05"),
+    ("TimeCmd::ExpireAt", "06"),
+    ("TimeCmd::PExpireAt", "07"),
+    ("GetExOpt::Keep", "00"),
+    ("GetExOpt::Persist", "01"),
+    ("GetExOpt::In", "02fbc409"),
+    ("GetExOpt::At", "03fdbc6ae5cf8b010000"),
+    ("GetExOpt::NotInteger", "04"),
+    ("GetExOpt::Invalid", "05"),
+];
+const GOLDEN_KEY_CMD: &[(&str, &str)] = &[
+    ("Get", "00016b"),
+    ("Set", "01016b017602fb10270101"),
+    ("IncrBy", "02016e09"),
+    ("Expire", "03016b010103"),
+    ("Persist", "04016b"),
+    ("Ttl", "05016b01"),
+    ("Type", "06016b"),
+    ("Del", "070201610162"),
+    ("Exists", "080201610161"),
+    ("Throttle", "0907757365723132331e3c7802"),
+    ("Check", "0a01620164fd005847f80d000000640301"),
+    (
+        "CheckAll",
+        "0b02057b757d3a6d057b757d3a73020164fd005847f80d000000640203fc00ca9a3b030100",
+    ),
+    ("Refund", "0c010178010164fd005847f80d0000006402"),
+    ("Lease", "0d016c0164fd005847f80d0000006404"),
+    ("DbSize", "0e"),
+    ("FlushAll", "0f"),
+    ("Keys", "10012a"),
+    ("ExpireChecked", "11016bfc80a903000505"),
+    ("SetEx", "12016b0176fb102701"),
+    ("SetNx", "13016b0176"),
+    ("GetSet", "14016b0176"),
+    ("GetEx", "15016b01"),
+    ("GetDel", "16016b"),
+    ("ExpireTime", "17016b00"),
+    ("IncrByFloat", "18016603312e35"),
+    ("MGet", "190201610162"),
+    ("MSet", "1a02016101620201310132"),
+    ("Scan", "1b070a01026b2a00"),
+];
+const GOLDEN_REPLY: &[(&str, &str)] = &[
+    ("Ok", "00"),
+    ("Nil", "01"),
+    ("Int", "0253"),
+    ("Bulk", "030176"),
+    ("Simple", "0404504f4e47"),
+    (
+        "Error",
+        "052b4552522076616c7565206973206e6f7420616e20696e7465676572206f72206f7574206f662072616e6765",
+    ),
+    ("Limit", "0602141201c8"),
+    (
+        "LimitAll",
+        "07000600fb409cfcc0d4010002000600fb409cfcc0d4010002140e01fb5802",
+    ),
+    ("Array", "0803020203016b01"),
+];
+const GOLDEN_LOG: &[(&str, &str)] = &[
+    ("Origin", "fbedfe09"),
+    (
+        "Proposal with origin",
+        "fd00002a36fe9c971701fbedfe090200016b02016e02",
+    ),
+    (
+        "Proposal without origin",
+        "fd00002a36fe9c9717000200016b02016e02",
+    ),
+    ("Applied", "02000602141201c8"),
+    ("Entry blank", "02010500"),
+    (
+        "Entry normal",
+        "02010601fd00002a36fe9c971701fbedfe090200016b02016e02",
+    ),
+    (
+        "Entry membership",
+        "0201070201030102030301096c6f63616c686f737402096c6f63616c686f737403096c6f63616c686f7374",
+    ),
+];
+const GOLDEN_SNAPSHOT: &[(&str, &str)] = &[
+    ("OwnedValue::Bucket", "0000fd00e11f3cfe9c9717"),
+    ("OwnedValue::Int", "0113"),
+    ("OwnedValue::Str", "020300ff76"),
+    ("Record", "01620000fd00e11f3cfe9c9717fd00e11f3cfe9c9717"),
+    (
+        "snapshot body",
+        "fd00002a36fe9c97170301620000fd00e11f3cfe9c9717fd00e11f3cfe9c9717016e0113000173020300ff76fd00e4358a009d9717",
+    ),
+];
