@@ -23,11 +23,11 @@
 //! - `log.bin`: append-only records, each `[len: u32 LE][len_crc: u32 LE][crc: u32 LE][payload]`,
 //!   where `len_crc` is CRC-32C over the length bytes (so a damaged length is told apart from a
 //!   record cut short), `crc` is CRC-32C over the length bytes and the payload, and the payload
-//!   is a bincode-encoded `Record`: a group id and one change to that group's log. A change is
+//!   is a bincode-encoded `LogRecord`: a group id and one change to that group's log. A change is
 //!   an entry, "truncate after index N", "purge up to log id L", a vote or a committed log id.
 //!   Replaying the records in order, each to its own group, rebuilds every group's log; for
 //!   votes and committed log ids the latest record of a group wins. This is an on-disk format:
-//!   `Record`, `Change` and the types they carry must keep their encoding.
+//!   `LogRecord`, `Change` and the types they carry must keep their encoding.
 //! - `log.bin.tmp`, `log.bin.compact`: a compacted copy being written; removed when found at
 //!   open.
 //! - `lock`: empty; the open log holds an exclusive lock on it (see below).
@@ -94,7 +94,7 @@ const COMMITTED_EVERY: Duration = Duration::from_millis(100);
 
 /// One record of `log.bin`, as decoded on replay.
 #[derive(Deserialize)]
-struct Record {
+struct LogRecord {
     group: GroupId,
     change: Change,
 }
@@ -112,11 +112,11 @@ enum Change {
     Committed(Option<LogId>),
 }
 
-/// The same record as [`Record`], borrowed for encoding: the fields must stay in the same order
+/// The same record as [`LogRecord`], borrowed for encoding: the fields must stay in the same order
 /// and the variants of [`ChangeRef`] in the order of [`Change`]'s, because bincode writes fields
 /// by position and identifies a variant by its position.
 #[derive(Serialize)]
-struct RecordRef<'a> {
+struct LogRecordRef<'a> {
     group: GroupId,
     change: ChangeRef<'a>,
 }
@@ -159,7 +159,7 @@ fn crc32c(parts: &[&[u8]]) -> u32 {
 fn push_record(out: &mut Vec<u8>, group: GroupId, change: ChangeRef<'_>) -> io::Result<u64> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
-    let rec = RecordRef { group, change };
+    let rec = LogRecordRef { group, change };
     bincode::serde::encode_into_std_write(&rec, out, bincode_cfg()).map_err(invalid_data)?;
     let payload_len = out.len() - start - HEADER;
     let len = u32::try_from(payload_len).map_err(|_| invalid_data("raft log record over 4 GiB"))?;
@@ -178,29 +178,27 @@ fn encode_record(group: GroupId, change: ChangeRef<'_>) -> io::Result<Vec<u8>> {
 }
 
 /// What the bytes at some offset of `log.bin` hold.
-enum Frame<'a> {
-    Record {
-        payload: &'a [u8],
-        size: usize,
-    },
+enum RecordAt<'a> {
+    /// A whole record: its payload, and its size on disk header included.
+    Whole { payload: &'a [u8], size: usize },
     /// The end of what a crashed writer managed to write.
     Torn,
     /// A damaged record with more data after it.
     Corrupt,
 }
 
-fn read_frame(rest: &[u8]) -> Frame<'_> {
+fn record_at(rest: &[u8]) -> RecordAt<'_> {
     let Some(&[l0, l1, l2, l3, h0, h1, h2, h3, c0, c1, c2, c3]) = rest.get(..HEADER) else {
-        return Frame::Torn;
+        return RecordAt::Torn;
     };
     let len_bytes = [l0, l1, l2, l3];
     // A crash can leave a record whose start made it to disk but whose rest did not, padded
     // with zeros up to the file size; anything else after a bad record is real damage.
     let torn_unless_data_from = |at: usize| {
         if rest.get(at..).unwrap_or_default().iter().all(|&b| b == 0) {
-            Frame::Torn
+            RecordAt::Torn
         } else {
-            Frame::Corrupt
+            RecordAt::Corrupt
         }
     };
     if crc32c(&[&len_bytes]) != u32::from_le_bytes([h0, h1, h2, h3]) {
@@ -209,10 +207,10 @@ fn read_frame(rest: &[u8]) -> Frame<'_> {
     // The length is the one written, so a record shorter than it was cut short by a crash.
     let size = HEADER.saturating_add(u32::from_le_bytes(len_bytes) as usize);
     let Some(payload) = rest.get(HEADER..size) else {
-        return Frame::Torn;
+        return RecordAt::Torn;
     };
     if crc32c(&[&len_bytes, payload]) == u32::from_le_bytes([c0, c1, c2, c3]) {
-        Frame::Record { payload, size }
+        RecordAt::Whole { payload, size }
     } else {
         torn_unless_data_from(size)
     }
@@ -343,16 +341,16 @@ fn replay(bytes: &[u8]) -> io::Result<Replayed> {
     let mut out = Replayed::default();
     let mut pos = 0usize;
     while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) {
-        let (payload, size) = match read_frame(rest) {
-            Frame::Record { payload, size } => (payload, size),
-            Frame::Torn => break,
-            Frame::Corrupt => {
+        let (payload, size) = match record_at(rest) {
+            RecordAt::Whole { payload, size } => (payload, size),
+            RecordAt::Torn => break,
+            RecordAt::Corrupt => {
                 return Err(invalid_data(format!(
                     "{LOG_FILE}: damaged record at offset {pos} with data after it"
                 )));
             }
         };
-        let (record, used): (Record, usize) =
+        let (record, used): (LogRecord, usize) =
             bincode::serde::decode_from_slice(payload, bincode_cfg())
                 .map_err(|e| invalid_data(format!("{LOG_FILE}: record at offset {pos}: {e}")))?;
         if used != payload.len() {
