@@ -422,6 +422,43 @@ mod tests {
     }
 
     #[test]
+    fn errors_say_what_is_wrong() {
+        let err = |f: Flags| match Settings::resolve(&f) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(
+            err(Flags {
+                shards: Some(0),
+                ..Flags::default()
+            }),
+            "shards must be at least 1"
+        );
+        assert_eq!(
+            err(Flags {
+                node_id: Some(1),
+                ..Flags::default()
+            }),
+            "--node-id needs --cluster-nodes"
+        );
+        assert_eq!(
+            err(Flags {
+                cluster_nodes: Some("1:127.0.0.1:7001:17001".into()),
+                node_id: Some(2),
+                ..Flags::default()
+            }),
+            "node id 2 is not in --cluster-nodes"
+        );
+        assert_eq!(
+            err(Flags {
+                maxmemory: Some("lots".into()),
+                ..Flags::default()
+            }),
+            "invalid size 'lots'"
+        );
+    }
+
+    #[test]
     fn quiet_after_from_file_and_flag() {
         let dir = std::env::temp_dir().join(format!("bucketd-cfg-quiet-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -985,3 +985,67 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_peer_queue_refuses_past_its_byte_budget_and_takes_any_frame_when_empty() {
+        let (tx, mut rx) = peer_queue();
+        // A frame larger than the whole budget still goes when nothing else is queued.
+        assert!(tx.push(vec![0; PEER_QUEUE_BYTES + 1]).is_ok());
+        assert!(matches!(tx.push(vec![0; 1]), Err(QueueRefused::Full)));
+        let mut batch = Vec::new();
+        let first = rx.recv().await.unwrap();
+        assert_eq!(rx.batch_after(first, &mut batch).await, 1);
+        // Taken by the writer, its bytes no longer count.
+        assert!(tx.push(vec![0; PEER_QUEUE_BYTES / 2]).is_ok());
+        assert!(tx.push(vec![0; PEER_QUEUE_BYTES / 2]).is_ok());
+        assert!(matches!(tx.push(vec![0; 1]), Err(QueueRefused::Full)));
+        let (tx, rx) = peer_queue();
+        drop(rx);
+        assert!(matches!(tx.push(vec![0; 1]), Err(QueueRefused::Closed)));
+        assert_eq!(tx.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_queue_refuses_past_its_frame_count() {
+        let (tx, _rx) = peer_queue();
+        for _ in 0..PEER_QUEUE_FRAMES {
+            assert!(tx.push(vec![0; 8]).is_ok());
+        }
+        assert!(matches!(tx.push(vec![0; 8]), Err(QueueRefused::Full)));
+        // A refused frame leaves the byte count as it was.
+        assert_eq!(tx.bytes.load(Ordering::Relaxed), PEER_QUEUE_FRAMES * 8);
+    }
+
+    /// What a forwarding node acts on survives the trip: a redirect keeps its node, a reason
+    /// its words.
+    #[test]
+    fn peer_errors_travel_intact() {
+        let cfg = bincode::config::standard();
+        for e in [
+            PeerError::Refused(ProposeError::Moved(3)),
+            PeerError::Refused(ProposeError::ClusterDown),
+            PeerError::Refused(ProposeError::TryAgain("group 1 did not commit".into())),
+            PeerError::ShuttingDown,
+            PeerError::NoReplica(7),
+            PeerError::VoteRefused(VoteRefusal::Promised {
+                leader: 2,
+                group: 5,
+            }),
+            PeerError::Raft("stopped".into()),
+        ] {
+            let bytes = bincode::serde::encode_to_vec(&e, cfg).unwrap();
+            let (back, _): (PeerError, usize) =
+                bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
+            assert_eq!(back, e);
+        }
+        assert_eq!(PeerError::ShuttingDown.to_string(), "node is shutting down");
+        assert_eq!(
+            CallError::TimedOut(2, Duration::from_millis(700)).to_string(),
+            "node 2 did not answer within 700ms"
+        );
+    }
+}
