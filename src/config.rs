@@ -1,5 +1,6 @@
 //! Node settings: built-in defaults, overridden by a TOML file, overridden by flags.
 
+use crate::error::StartError;
 use clap::Parser;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -244,27 +245,25 @@ impl ClusterRaw {
         );
     }
 
-    fn build(self) -> Result<Option<crate::cluster::node::ClusterSettings>, String> {
+    fn build(self) -> Result<Option<crate::cluster::node::ClusterSettings>, StartError> {
         use crate::cluster::spec::ClusterSpec;
         let Some(nodes) = self.nodes else {
             if self.node_id.is_some() {
-                return Err("--node-id needs --cluster-nodes".into());
+                return Err(StartError::NodeIdWithoutNodes);
             }
             return Ok(None);
         };
-        let nodes = ClusterSpec::parse_nodes(&nodes)?;
-        let node_id = self
-            .node_id
-            .ok_or("cluster mode needs --node-id (this node's id in --cluster-nodes)")?;
+        let nodes = ClusterSpec::parse_nodes(&nodes).map_err(StartError::Spec)?;
+        let node_id = self.node_id.ok_or(StartError::NoNodeId)?;
         let replicas = self.replicas.unwrap_or(3.min(nodes.len()));
         let spec = ClusterSpec {
             nodes,
             replicas,
             groups: self.groups.unwrap_or(16),
         };
-        spec.validate()?;
+        spec.validate().map_err(StartError::Spec)?;
         if spec.node(node_id).is_none() {
-            return Err(format!("node id {node_id} is not in --cluster-nodes"));
+            return Err(StartError::NodeIdNotListed(node_id));
         }
         let data_dir = self
             .data_dir
@@ -281,14 +280,19 @@ impl ClusterRaw {
 
 impl Settings {
     /// Defaults, then the file named by `--config` (if any), then the flags.
-    pub fn resolve(flags: &Flags) -> Result<Settings, String> {
+    pub fn resolve(flags: &Flags) -> Result<Settings, StartError> {
         let mut s = Settings::default();
         let mut cluster = ClusterRaw::default();
         if let Some(path) = &flags.config {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
-            let mut f: FileSettings = toml::from_str(&text)
-                .map_err(|e| format!("invalid config {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path).map_err(|error| StartError::ReadConfig {
+                path: path.clone(),
+                error,
+            })?;
+            let mut f: FileSettings =
+                toml::from_str(&text).map_err(|error| StartError::ParseConfig {
+                    path: path.clone(),
+                    error: Box::new(error),
+                })?;
             cluster.merge(ClusterRaw {
                 nodes: f.cluster_nodes.take(),
                 node_id: f.node_id.take(),
@@ -313,11 +317,8 @@ impl Settings {
             quiet_after_ms: flags.quiet_after_ms,
         });
         s.cluster = cluster.build()?;
-        if s.shards == 0 {
-            return Err("shards must be at least 1".into());
-        }
-        if s.shards > 1024 {
-            return Err("shards must be at most 1024".into());
+        if s.shards == 0 || s.shards > 1024 {
+            return Err(StartError::ShardCount(s.shards));
         }
         Ok(s)
     }
@@ -418,6 +419,43 @@ mod tests {
         assert_eq!((s.port, s.shards, s.maxmemory), (7001, 3, 1 << 20));
         std::fs::write(&p, "prot = 1\n").unwrap();
         assert!(Settings::resolve(&flags).is_err());
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        let err = |f: Flags| match Settings::resolve(&f) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(
+            err(Flags {
+                shards: Some(0),
+                ..Flags::default()
+            }),
+            "shards must be at least 1"
+        );
+        assert_eq!(
+            err(Flags {
+                node_id: Some(1),
+                ..Flags::default()
+            }),
+            "--node-id needs --cluster-nodes"
+        );
+        assert_eq!(
+            err(Flags {
+                cluster_nodes: Some("1:127.0.0.1:7001:17001".into()),
+                node_id: Some(2),
+                ..Flags::default()
+            }),
+            "node id 2 is not in --cluster-nodes"
+        );
+        assert_eq!(
+            err(Flags {
+                maxmemory: Some("lots".into()),
+                ..Flags::default()
+            }),
+            "invalid size 'lots'"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod clock;
 pub mod cluster;
 pub mod cmd;
 pub mod config;
+pub mod error;
 pub mod glob;
 pub mod limiter;
 pub mod protocol;

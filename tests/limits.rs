@@ -391,7 +391,7 @@ async fn bad_rules_file_at_start_is_an_error() {
                 h.shutdown().await;
                 panic!("a node started with an invalid rules file");
             }
-            Err(e) => assert!(e.contains("api"), "{e}"),
+            Err(e) => assert!(e.to_string().contains("api"), "{e}"),
         }
         s.rules = Some(dir.join("missing.toml"));
         match bucketd::server::start(s, clock).await {
@@ -399,7 +399,7 @@ async fn bad_rules_file_at_start_is_an_error() {
                 h.shutdown().await;
                 panic!("a node started with a missing rules file");
             }
-            Err(e) => assert!(e.contains("missing.toml"), "{e}"),
+            Err(e) => assert!(e.to_string().contains("missing.toml"), "{e}"),
         }
         let _ = std::fs::remove_dir_all(&dir);
     })

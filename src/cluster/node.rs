@@ -13,9 +13,12 @@ use crate::cluster::log_store::NodeLog;
 use crate::cluster::quiet::{self, Quiet, QuietPinger, QuietTimings};
 use crate::cluster::spec::ClusterSpec;
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
-use crate::cluster::transport::{self, Faults, GroupSnapshotWire, Handler, Network, Rpc, RpcOk};
+use crate::cluster::transport::{
+    self, CallError, Faults, GroupSnapshotWire, Handler, Network, PeerError, Rpc, RpcOk,
+};
 use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal, TypeConfig};
 use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::error::StartError;
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::shutdown::Shutdown;
 use crate::store::Record;
@@ -25,6 +28,7 @@ use openraft::impls::BasicNode;
 use openraft::network::RaftNetworkFactory;
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
@@ -144,8 +148,9 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
     }
 }
 
-/// Why a proposal was not applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a proposal was not applied. A forwarded batch's refusal travels back to the node that
+/// forwarded it (in `PeerError::Refused`); `Cluster::error_reply` says it to a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProposeError {
     /// Another node leads the group.
     Moved(NodeId),
@@ -154,6 +159,38 @@ pub enum ProposeError {
     /// The group did not commit in time, or lost its leader meanwhile; retry.
     TryAgain(String),
 }
+
+impl std::fmt::Display for ProposeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProposeError::Moved(l) => write!(f, "node {l} leads the group"),
+            ProposeError::ClusterDown => f.write_str("the group has no leader"),
+            ProposeError::TryAgain(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ProposeError {}
+
+/// Why a leadership could not be handed over.
+#[derive(Debug)]
+pub enum TransferError {
+    /// This node holds no replica of the group.
+    NoReplica(GroupId),
+    /// The group's Raft has stopped.
+    Raft(openraft::error::Fatal<TypeConfig>),
+}
+
+impl std::fmt::Display for TransferError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransferError::NoReplica(g) => write!(f, "no replica of group {g} here"),
+            TransferError::Raft(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TransferError {}
 
 pub struct Cluster {
     pub me: NodeId,
@@ -194,18 +231,15 @@ impl Cluster {
         shard_of_group: impl Fn(GroupId) -> usize,
         clock: Arc<dyn Clock>,
         shutdown: Shutdown,
-    ) -> Result<Arc<Cluster>, String> {
-        settings.spec.validate()?;
+    ) -> Result<Arc<Cluster>, StartError> {
+        settings.spec.validate().map_err(StartError::Spec)?;
         let me = settings.node_id;
         let my_spec = settings
             .spec
             .node(me)
             .cloned()
-            .ok_or_else(|| format!("node {me} is not in the cluster description"))?;
-        let handle = runtimes
-            .first()
-            .cloned()
-            .ok_or_else(|| "a node needs at least one shard".to_string())?;
+            .ok_or(StartError::NotInCluster(me))?;
+        let handle = runtimes.first().cloned().ok_or(StartError::NoShards)?;
         let faults = Arc::new(Faults::default());
         let peers: Vec<(NodeId, String)> = settings
             .spec
@@ -228,9 +262,11 @@ impl Cluster {
 
         let listener = {
             let addr = format!("{}:{}", bind_host(&my_spec.host), my_spec.peer_port);
-            let l = std::net::TcpListener::bind(&addr)
-                .map_err(|e| format!("cannot listen for peers on {addr}: {e}"))?;
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let l = match std::net::TcpListener::bind(&addr) {
+                Ok(l) => l,
+                Err(error) => return Err(StartError::ListenPeers { addr, error }),
+            };
+            l.set_nonblocking(true).map_err(StartError::Socket)?;
             l
         };
 
@@ -241,11 +277,7 @@ impl Cluster {
             election_timeout_max: settings.election_timeout_ms.1,
             ..Default::default()
         };
-        let config = Arc::new(
-            config
-                .validate()
-                .map_err(|e| format!("invalid Raft settings: {e}"))?,
-        );
+        let config = Arc::new(config.validate().map_err(StartError::RaftConfig)?);
 
         let mut plans = Vec::new();
         for g in 0..settings.spec.groups {
@@ -273,13 +305,13 @@ impl Cluster {
             let mut rafts = Vec::new();
             refuse_per_group_logs(&data_dir)?;
             // One log for every group of the node, so one write (and fsync) carries them all.
-            let node_log = NodeLog::open(Some(data_dir.join("raft-log")), fsync)
-                .map_err(|e| format!("raft log: {e}"))?;
+            let node_log =
+                NodeLog::open(Some(data_dir.join("raft-log")), fsync).map_err(StartError::Log)?;
             for (g, placement, exec, rt) in plans {
                 let dir = data_dir.join(format!("group-{g:04}"));
                 let log = node_log.group(g);
                 let sm = GroupStateMachine::open(Arc::new(exec), Some(dir.join("snapshot")))
-                    .map_err(|e| format!("group {g}: snapshot: {e}"))?;
+                    .map_err(|error| StartError::Snapshot { group: g, error })?;
                 let factory = NetFactory(GroupNetworkFactory::new(net2.clone(), g));
                 // Created on the event loop of the shard that owns the group's keys: the
                 // group's Raft tasks all run there.
@@ -287,8 +319,8 @@ impl Cluster {
                 let raft = rt
                     .spawn(async move { GroupRaft::new(me, config, factory, log, sm).await })
                     .await
-                    .map_err(|e| format!("group {g}: {e}"))?
-                    .map_err(|e| format!("group {g}: {e}"))?;
+                    .map_err(|error| StartError::GroupTask { group: g, error })?
+                    .map_err(|error| StartError::Raft { group: g, error })?;
                 rafts.push((g, raft, placement, rt));
             }
             for (g, raft, placement, rt) in &rafts {
@@ -334,16 +366,14 @@ impl Cluster {
                     }
                 });
             }
-            Ok::<_, String>(
+            Ok::<_, StartError>(
                 rafts
                     .into_iter()
                     .map(|(g, r, p, _)| (g, r, p))
                     .collect::<Vec<_>>(),
             )
         });
-        let rafts = setup
-            .await
-            .map_err(|e| format!("cluster setup failed: {e}"))??;
+        let rafts = setup.await.map_err(StartError::ClusterTask)??;
         let mut groups: Vec<Option<GroupRaft>> = (0..settings.spec.groups).map(|_| None).collect();
         for (g, raft, _) in rafts {
             groups[g as usize] = Some(raft);
@@ -543,15 +573,13 @@ impl Cluster {
 
     /// Hands the leadership of `g`, which this node leads, to replica `to`; a quiet group is
     /// woken and stops serving on its followers' promises first.
-    pub async fn transfer_leader(&self, g: GroupId, to: NodeId) -> Result<(), String> {
-        let raft = self
-            .raft(g)
-            .ok_or_else(|| format!("no replica of group {g} here"))?;
+    pub async fn transfer_leader(&self, g: GroupId, to: NodeId) -> Result<(), TransferError> {
+        let raft = self.raft(g).ok_or(TransferError::NoReplica(g))?;
         self.quiet.before_transfer(g, raft);
         raft.trigger()
             .transfer_leader(to)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(TransferError::Raft)
     }
 
     /// Runs a shard's gathered batch through group `g`: proposed here when this node leads
@@ -594,7 +622,8 @@ impl Cluster {
                 {
                     Ok(RpcOk::Forward(replies)) => Ok(Some(replies)),
                     Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
-                    Err(e) => Err(parse_remote_error(&e)),
+                    Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
+                    Err(e) => Err(ProposeError::TryAgain(e.to_string())),
                 }
             };
             match result {
@@ -788,7 +817,7 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdo
 
 /// Data directories written before all groups shared one log kept a log per group
 /// (`group-NNNN/log/`). Starting on one would silently begin with empty logs, so refuse.
-fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), String> {
+fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), StartError> {
     if data_dir.join("raft-log").exists() {
         return Ok(());
     }
@@ -797,10 +826,7 @@ fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), String> {
     };
     for d in dirs.flatten() {
         if d.file_name().to_string_lossy().starts_with("group-") && d.path().join("log").exists() {
-            return Err(format!(
-                "{} holds Raft logs in the older one-log-per-group layout, which this version does not read; start this node with an empty --data-dir and it catches up from its peers",
-                data_dir.display()
-            ));
+            return Err(StartError::PerGroupLogs(data_dir.to_path_buf()));
         }
     }
     Ok(())
@@ -816,78 +842,71 @@ fn bind_host(host: &str) -> &str {
     }
 }
 
-fn parse_remote_error(e: &str) -> ProposeError {
-    if let Some(rest) = e.strip_prefix("MOVED ")
-        && let Ok(id) = rest.trim().parse()
-    {
-        return ProposeError::Moved(id);
-    }
-    if e.starts_with("CLUSTERDOWN") {
-        return ProposeError::ClusterDown;
-    }
-    ProposeError::TryAgain(e.to_string())
-}
-
 /// Serves peers' requests; holds the cluster weakly so a stopped node can be dropped.
 struct PeerHandler(std::sync::Weak<Cluster>);
 
 impl Handler for PeerHandler {
-    async fn handle(&self, group: GroupId, rpc: Rpc) -> Result<RpcOk, String> {
-        let cluster = self.0.upgrade().ok_or("node is shutting down")?;
-        if let Rpc::Ping(ping) = rpc {
-            return Ok(RpcOk::Ping(cluster.quiet.on_ping(&cluster, &ping)));
-        }
-        if let Rpc::Forward(cmds) = rpc {
-            return match cluster.propose_local(group, cmds).await {
-                Ok(r) => Ok(RpcOk::Forward(r)),
-                Err(ProposeError::Moved(l)) => Err(format!("MOVED {l}")),
-                Err(ProposeError::ClusterDown) => Err("CLUSTERDOWN".into()),
-                Err(ProposeError::TryAgain(m)) => Err(m),
-            };
-        }
-        let raft = cluster
-            .raft(group)
-            .ok_or_else(|| format!("no replica of group {group} here"))?;
+    async fn handle(&self, group: GroupId, rpc: Rpc) -> Result<RpcOk, PeerError> {
+        let cluster = self.0.upgrade().ok_or(PeerError::ShuttingDown)?;
+        let raft = || cluster.raft(group).ok_or(PeerError::NoReplica(group));
+        let raft_err =
+            |e: openraft::error::RaftError<TypeConfig, _>| PeerError::Raft(e.to_string());
         match rpc {
+            Rpc::Ping(ping) => Ok(RpcOk::Ping(cluster.quiet.on_ping(&cluster, &ping))),
+            Rpc::Forward(cmds) => cluster
+                .propose_local(group, cmds)
+                .await
+                .map(RpcOk::Forward)
+                .map_err(PeerError::Refused),
             Rpc::Append(r) => {
+                let raft = raft()?;
                 let res = raft.append_entries(r).await;
                 cluster.quiet.after_append(group, raft, res.as_ref().ok());
-                res.map(RpcOk::Append).map_err(|e| e.to_string())
+                res.map(RpcOk::Append).map_err(raft_err)
             }
             Rpc::Vote(r) => {
-                cluster.quiet.may_vote(group, &r)?;
+                let raft = raft()?;
+                cluster
+                    .quiet
+                    .may_vote(group, &r)
+                    .map_err(PeerError::VoteRefused)?;
                 cluster.quiet.before_vote(group, &r);
                 let res = raft.vote(r).await;
                 cluster.quiet.after_vote(group, raft);
-                res.map(RpcOk::Vote).map_err(|e| e.to_string())
+                res.map(RpcOk::Vote).map_err(raft_err)
             }
             Rpc::PreVote(r) => {
-                cluster.quiet.may_vote(group, &r)?;
+                let raft = raft()?;
+                cluster
+                    .quiet
+                    .may_vote(group, &r)
+                    .map_err(PeerError::VoteRefused)?;
                 let res = raft.pre_vote(r).await;
                 cluster.quiet.after_vote(group, raft);
-                res.map(RpcOk::Vote).map_err(|e| e.to_string())
+                res.map(RpcOk::Vote).map_err(raft_err)
             }
             Rpc::Snapshot { vote, snapshot } => {
                 let GroupSnapshotWire { meta, data } = snapshot;
-                raft.install_full_snapshot(
-                    vote,
-                    openraft::storage::Snapshot {
-                        meta,
-                        snapshot: data,
-                    },
-                )
-                .await
-                .map(RpcOk::Snapshot)
-                .map_err(|e| e.to_string())
+                raft()?
+                    .install_full_snapshot(
+                        vote,
+                        openraft::storage::Snapshot {
+                            meta,
+                            snapshot: data,
+                        },
+                    )
+                    .await
+                    .map(RpcOk::Snapshot)
+                    .map_err(|e| PeerError::Raft(e.to_string()))
             }
             Rpc::TransferLeader(r) => {
+                let raft = raft()?;
                 cluster.quiet.on_transfer(group, raft);
                 raft.handle_transfer_leader(r)
                     .await
                     .map(RpcOk::TransferLeader)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| PeerError::Raft(e.to_string()))
             }
-            Rpc::Forward(_) | Rpc::Ping(_) => Err("unreachable".into()),
         }
     }
 }
@@ -904,7 +923,7 @@ mod tests {
         // Snapshots alone (no log) and an empty directory are fine.
         assert!(refuse_per_group_logs(&dir).is_ok());
         std::fs::create_dir_all(dir.join("group-0003").join("log")).unwrap();
-        let err = refuse_per_group_logs(&dir).unwrap_err();
+        let err = refuse_per_group_logs(&dir).unwrap_err().to_string();
         assert!(err.contains("one-log-per-group"), "{err}");
         // Once the shared log exists the old folders are leftovers, not the log.
         std::fs::create_dir_all(dir.join("raft-log")).unwrap();

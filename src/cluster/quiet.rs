@@ -88,6 +88,33 @@ pub struct PingAck {
     pub promised: Vec<GroupId>,
 }
 
+/// Why this node refused a vote (or pre-vote) request: the candidate counts no vote here and
+/// tries again later. It travels back to the candidate in a `PeerError`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VoteRefusal {
+    /// This node restarted less than a promise's length ago, and may have made promises it no
+    /// longer remembers.
+    JustRestarted,
+    /// This node leads the group quietly.
+    LedQuietly(GroupId),
+    /// This node promised `leader` to stay quiet for the group.
+    Promised { leader: NodeId, group: GroupId },
+}
+
+impl std::fmt::Display for VoteRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VoteRefusal::JustRestarted => {
+                f.write_str("just restarted: not voting until promises made before have run out")
+            }
+            VoteRefusal::LedQuietly(g) => write!(f, "group {g} is led here quietly"),
+            VoteRefusal::Promised { leader, group } => {
+                write!(f, "promised node {leader} to stay quiet for group {group}")
+            }
+        }
+    }
+}
+
 /// Timings of quiet groups, derived from the Raft timings.
 #[derive(Debug, Clone, Copy)]
 pub struct QuietTimings {
@@ -362,28 +389,26 @@ impl Quiet {
     /// Whether this node may answer a vote (or pre-vote) request for `g` now; `Err` says why
     /// not. A refused request fails as if this node were unreachable, so the candidate counts
     /// no vote here and tries again later.
-    pub fn may_vote(&self, g: GroupId, req: &VoteRequest<TypeConfig>) -> Result<(), String> {
+    pub fn may_vote(&self, g: GroupId, req: &VoteRequest<TypeConfig>) -> Result<(), VoteRefusal> {
         // A transfer's election is started on the leader's word, which wakes first.
         if req.leadership_transfer {
             return Ok(());
         }
         if self.restarted && self.born.elapsed() < self.t.promise {
-            return Err(
-                "just restarted: not voting until promises made before have run out".into(),
-            );
+            return Err(VoteRefusal::JustRestarted);
         }
         if Self::flag(&self.quiet_led, g) || self.lease_holds(g) {
-            return Err(format!("group {g} is led here quietly"));
+            return Err(VoteRefusal::LedQuietly(g));
         }
         let all = lock(&self.state);
         if let Some(p) = all.get(g as usize).and_then(|st| st.promise)
             && p.at.elapsed() < self.t.promise
             && req.vote.leader_id().node_id != p.leader
         {
-            return Err(format!(
-                "promised node {} to stay quiet for group {g}",
-                p.leader
-            ));
+            return Err(VoteRefusal::Promised {
+                leader: p.leader,
+                group: g,
+            });
         }
         Ok(())
     }

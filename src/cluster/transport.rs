@@ -12,10 +12,18 @@
 //! `reachable` current when no group has anything to say, and carries what quiet groups need
 //! (see `quiet`).
 //!
-//! Frames are `u32` length-prefixed bincode. `Faults` lets tests cut links to simulate a
-//! partition: a blocked peer's messages are dropped in both directions.
+//! Frames are `u32` length-prefixed bincode. A request that a peer cannot serve is answered
+//! with a [`PeerError`], so the asking node acts on what happened rather than on text. What is
+//! queued for one peer is bounded (`PEER_QUEUE_BYTES`, `PEER_QUEUE_FRAMES`): past that a
+//! request fails at once with [`CallError::QueueFull`] (openraft counts the peer unreachable and
+//! backs off), and an answer is dropped (the asker times out), instead of the queue growing
+//! while the peer does not read.
+//!
+//! `Faults` lets tests cut links to simulate a partition: a blocked peer's messages are dropped
+//! in both directions.
 
-use crate::cluster::quiet::{Ping, PingAck};
+use crate::cluster::node::ProposeError;
+use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
 use crate::cluster::typ::{GroupId, GroupSnapshot, NodeId, TypeConfig, Vote};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shutdown::Shutdown;
@@ -30,7 +38,7 @@ use openraft_multi::GroupRouter;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,6 +50,29 @@ const PEER_READ_BUF: usize = 64 * 1024;
 
 /// Largest frame accepted from a peer (snapshots of a large group included).
 const MAX_FRAME: usize = 1 << 30;
+
+/// Most bytes of encoded frames queued for one peer (in either direction: requests to it,
+/// answers to its requests) that its writer has not taken yet.
+///
+/// A peer that keeps up drains its queue every turn of the event loop, and a turn queues far
+/// less than this: a heartbeat for every group is a few KiB, a turn's appends at most a few
+/// MiB. A peer that stops reading (a stalled process, a link the kernel has not yet found
+/// dead) is what fills it, and then the budget is what it costs this node in memory, per peer,
+/// instead of everything sent to it until the connection fails. 64 MiB is 64 of the writer's
+/// 1 MiB batches: well above any honest backlog, small next to a node's memory even with
+/// every peer stalled at once. A frame larger than the whole budget (a big group's snapshot)
+/// is still queued when nothing else is, so it can always be sent.
+const PEER_QUEUE_BYTES: usize = 64 << 20;
+
+/// Most frames queued for one peer, whatever their size: bounds the count of small frames (a
+/// heartbeat is about a hundred bytes) that the byte budget alone would let pile up.
+const PEER_QUEUE_FRAMES: usize = 64 * 1024;
+
+/// Most bytes the writer gathers into one write.
+const WRITE_BATCH: usize = 1 << 20;
+
+/// How often a full peer queue is logged at most (each refusal is counted all the same).
+const FULL_LOG_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Serialize, Deserialize)]
 pub enum Rpc {
@@ -76,8 +107,88 @@ pub enum RpcOk {
     Ping(PingAck),
 }
 
+/// Why a peer answered a request with an error instead of a result. It travels back in the
+/// request's response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerError {
+    /// A forwarded batch was refused by the node it was sent to, as it would have refused a
+    /// client of its own.
+    Refused(ProposeError),
+    /// The node is stopping.
+    ShuttingDown,
+    /// The node holds no replica of the group.
+    NoReplica(GroupId),
+    /// A vote or pre-vote was refused on account of a quiet group (see `quiet`).
+    VoteRefused(VoteRefusal),
+    /// The group's Raft failed the request, in openraft's words.
+    Raft(String),
+}
+
+impl std::fmt::Display for PeerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerError::Refused(e) => e.fmt(f),
+            PeerError::ShuttingDown => f.write_str("node is shutting down"),
+            PeerError::NoReplica(g) => write!(f, "no replica of group {g} here"),
+            PeerError::VoteRefused(r) => r.fmt(f),
+            PeerError::Raft(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for PeerError {}
+
+/// Why a call to a peer brought no result: it never reached the peer, its answer never came
+/// back, or the peer answered with an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// Tests cut the link to the peer.
+    Cut(NodeId),
+    /// The node is not a peer of this one.
+    UnknownNode(NodeId),
+    /// The request could not be encoded, in bincode's words.
+    Encode(String),
+    /// The peer's queue holds all it may: the peer is not keeping up.
+    QueueFull(NodeId),
+    /// The connection to the peer closed before the answer came.
+    Closed(NodeId),
+    /// The connection to the peer went away with the request.
+    Lost(NodeId),
+    /// The peer did not answer within the given time.
+    TimedOut(NodeId, Duration),
+    /// No connection to the peer at that address could be opened.
+    CannotConnect(NodeId, String),
+    /// The connection opened but this node could not introduce itself.
+    Handshake,
+    /// The peer answered with a result of another kind than the request's.
+    UnexpectedAnswer,
+    /// The peer answered with an error.
+    Peer(PeerError),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Cut(n) => write!(f, "link to node {n} is cut"),
+            CallError::UnknownNode(n) => write!(f, "unknown node {n}"),
+            CallError::Encode(e) => f.write_str(e),
+            CallError::QueueFull(n) => write!(f, "the queue to node {n} is full"),
+            CallError::Closed(n) => write!(f, "connection to node {n} closed"),
+            CallError::Lost(n) => write!(f, "connection to node {n} lost"),
+            CallError::TimedOut(n, ttl) => write!(f, "node {n} did not answer within {ttl:?}"),
+            CallError::CannotConnect(n, addr) => write!(f, "cannot connect to node {n} at {addr}"),
+            CallError::Handshake => f.write_str("handshake failed"),
+            CallError::UnexpectedAnswer => f.write_str("unexpected response type"),
+            CallError::Peer(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+/// One message on a peer connection.
 #[derive(Serialize, Deserialize)]
-enum Frame {
+enum PeerFrame {
     Request {
         id: u64,
         group: GroupId,
@@ -85,16 +196,17 @@ enum Frame {
     },
     Response {
         id: u64,
-        result: Result<RpcOk, String>,
+        result: Result<RpcOk, PeerError>,
     },
 }
 
-fn encode(frame: &Frame, out: &mut Vec<u8>) -> Result<(), String> {
+fn encode(frame: &PeerFrame, out: &mut Vec<u8>) -> Result<(), CallError> {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     bincode::serde::encode_into_std_write(frame, out, bincode::config::standard())
-        .map_err(|e| e.to_string())?;
-    let len = u32::try_from(out.len() - start - 4).map_err(|_| "frame too large".to_string())?;
+        .map_err(|e| CallError::Encode(e.to_string()))?;
+    let len = u32::try_from(out.len() - start - 4)
+        .map_err(|_| CallError::Encode("frame too large".to_string()))?;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
 }
@@ -102,7 +214,7 @@ fn encode(frame: &Frame, out: &mut Vec<u8>) -> Result<(), String> {
 async fn read_frame(
     r: &mut (impl AsyncReadExt + Unpin),
     buf: &mut Vec<u8>,
-) -> std::io::Result<Frame> {
+) -> std::io::Result<PeerFrame> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
     let len = u32::from_le_bytes(len) as usize;
@@ -114,6 +226,99 @@ async fn read_frame(
     bincode::serde::decode_from_slice(buf, bincode::config::standard())
         .map(|(f, _)| f)
         .map_err(std::io::Error::other)
+}
+
+/// Why a frame was not queued.
+enum QueueRefused {
+    /// The queue holds `PEER_QUEUE_BYTES` or `PEER_QUEUE_FRAMES` already.
+    Full,
+    /// Its writer has stopped.
+    Closed,
+}
+
+/// The sending end of the frames queued for one peer's writer, bounded in frames and bytes.
+#[derive(Clone)]
+struct QueueTx {
+    tx: mpsc::Sender<Vec<u8>>,
+    /// Bytes queued and not yet taken by the writer.
+    bytes: Arc<AtomicUsize>,
+}
+
+/// The writer's end of a peer's queue.
+struct QueueRx {
+    rx: mpsc::Receiver<Vec<u8>>,
+    bytes: Arc<AtomicUsize>,
+}
+
+fn peer_queue() -> (QueueTx, QueueRx) {
+    let (tx, rx) = mpsc::channel(PEER_QUEUE_FRAMES);
+    let bytes = Arc::new(AtomicUsize::new(0));
+    (
+        QueueTx {
+            tx,
+            bytes: bytes.clone(),
+        },
+        QueueRx { rx, bytes },
+    )
+}
+
+impl QueueTx {
+    /// Queues `frame` unless the queue is full; never waits.
+    fn push(&self, frame: Vec<u8>) -> Result<(), QueueRefused> {
+        let len = frame.len();
+        let before = self.bytes.fetch_add(len, Ordering::Relaxed);
+        // An empty queue takes any frame, so one larger than the budget can still go.
+        if before != 0 && before + len > PEER_QUEUE_BYTES {
+            self.bytes.fetch_sub(len, Ordering::Relaxed);
+            return Err(QueueRefused::Full);
+        }
+        self.tx.try_send(frame).map_err(|e| {
+            self.bytes.fetch_sub(len, Ordering::Relaxed);
+            match e {
+                mpsc::error::TrySendError::Full(_) => QueueRefused::Full,
+                mpsc::error::TrySendError::Closed(_) => QueueRefused::Closed,
+            }
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl QueueRx {
+    /// Waits for the next frame; `None` once the queue is closed and empty. Cancel safe.
+    async fn recv(&mut self) -> Option<Vec<u8>> {
+        self.rx.recv().await
+    }
+
+    /// Puts `first` (just received) into `batch` (cleared first) with every frame queued
+    /// behind it, up to `WRITE_BATCH` bytes, and returns how many frames that is.
+    async fn batch_after(&mut self, first: Vec<u8>, batch: &mut Vec<u8>) -> u64 {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        let mut taken = first.len();
+        // Let the other groups' tasks that are ready run first, so what they queue for this
+        // peer rides in the same write.
+        tokio::task::yield_now().await;
+        let mut n = 1;
+        while batch.len() < WRITE_BATCH {
+            match self.rx.try_recv() {
+                Ok(more) => {
+                    batch.extend_from_slice(&more);
+                    taken += more.len();
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        self.bytes.fetch_sub(taken, Ordering::Relaxed);
+        n
+    }
+
+    fn close(&mut self) {
+        self.rx.close();
+    }
 }
 
 /// Links that tests have cut.
@@ -158,16 +363,17 @@ pub trait Handler: Send + Sync + 'static {
         &self,
         group: GroupId,
         rpc: Rpc,
-    ) -> impl Future<Output = Result<RpcOk, String>> + Send;
+    ) -> impl Future<Output = Result<RpcOk, PeerError>> + Send;
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<RpcOk, String>>>>>;
+/// The requests sent to one peer that wait for their answers, by request id.
+type InFlight = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<RpcOk, CallError>>>>>;
 
 /// The outgoing connection to one peer.
 struct PeerLink {
     addr: String,
-    tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
-    pending: Pending,
+    tx: Mutex<Option<QueueTx>>,
+    in_flight: InFlight,
 }
 
 /// This node's side of the mesh: one link per peer. Cheap to clone.
@@ -196,6 +402,10 @@ struct NetworkInner {
     /// Frames sent, and writes that carried them (to see batching at work).
     frames_sent: AtomicU64,
     writes: AtomicU64,
+    /// Frames not sent because their peer's queue was full, and when that was last logged
+    /// (ms since `born`).
+    queue_full: AtomicU64,
+    queue_full_logged: AtomicU64,
 }
 
 impl Network {
@@ -215,7 +425,7 @@ impl Network {
                     PeerLink {
                         addr: addr.clone(),
                         tx: Mutex::new(None),
-                        pending: Arc::new(Mutex::new(HashMap::new())),
+                        in_flight: Arc::new(Mutex::new(HashMap::new())),
                     },
                 )
             })
@@ -249,6 +459,8 @@ impl Network {
                 shutdown,
                 frames_sent: AtomicU64::new(0),
                 writes: AtomicU64::new(0),
+                queue_full: AtomicU64::new(0),
+                queue_full_logged: AtomicU64::new(0),
             }),
         }
     }
@@ -263,6 +475,33 @@ impl Network {
             self.inner.frames_sent.load(Ordering::Relaxed),
             self.inner.writes.load(Ordering::Relaxed),
         )
+    }
+
+    /// Frames not sent so far because their peer's queue was full.
+    pub fn queue_full_drops(&self) -> u64 {
+        self.inner.queue_full.load(Ordering::Relaxed)
+    }
+
+    /// Counts a frame refused by `peer`'s full queue, and says so in the log at most once per
+    /// `FULL_LOG_EVERY`.
+    fn note_queue_full(&self, peer: NodeId, what: &str) {
+        let total = self.inner.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.now_ms();
+        let last = self.inner.queue_full_logged.load(Ordering::Relaxed);
+        let every = u64::try_from(FULL_LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if (last == 0 || now.saturating_sub(last) >= every)
+            && self
+                .inner
+                .queue_full_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                peer,
+                total,
+                "the queue to node {peer} is full: {what} dropped ({total} so far)"
+            );
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -358,64 +597,64 @@ impl Network {
         group: GroupId,
         rpc: Rpc,
         ttl: Duration,
-    ) -> Result<RpcOk, String> {
+    ) -> Result<RpcOk, CallError> {
         if self.inner.faults.is_blocked(target) {
-            return Err(format!("link to node {target} is cut"));
+            return Err(CallError::Cut(target));
         }
         let link = self
             .inner
             .links
             .get(&target)
-            .ok_or_else(|| format!("unknown node {target}"))?;
+            .ok_or(CallError::UnknownNode(target))?;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let mut bytes = Vec::new();
-        encode(&Frame::Request { id, group, rpc }, &mut bytes)?;
+        encode(&PeerFrame::Request { id, group, rpc }, &mut bytes)?;
         let (tx, rx) = oneshot::channel();
-        lock(&link.pending).insert(id, tx);
-        let sender = self.sender(target, link);
-        if sender.send(bytes).is_err() {
-            lock(&link.pending).remove(&id);
-            return Err(format!("connection to node {target} closed"));
+        lock(&link.in_flight).insert(id, tx);
+        if let Err(refused) = self.queue(target, link, bytes) {
+            lock(&link.in_flight).remove(&id);
+            return Err(match refused {
+                QueueRefused::Full => {
+                    self.note_queue_full(target, "a request");
+                    CallError::QueueFull(target)
+                }
+                QueueRefused::Closed => CallError::Closed(target),
+            });
         }
         match tokio::time::timeout(ttl, rx).await {
             Ok(Ok(r)) => r,
-            Ok(Err(_)) => Err(format!("connection to node {target} lost")),
+            Ok(Err(_)) => Err(CallError::Lost(target)),
             Err(_) => {
-                lock(&link.pending).remove(&id);
-                Err(format!("node {target} did not answer within {ttl:?}"))
+                lock(&link.in_flight).remove(&id);
+                Err(CallError::TimedOut(target, ttl))
             }
         }
     }
 
-    /// The queue of the link's writer, starting the connection if there is none.
-    fn sender(&self, target: NodeId, link: &PeerLink) -> mpsc::UnboundedSender<Vec<u8>> {
+    /// Queues `frame` for the link's writer, starting the connection if there is none.
+    fn queue(&self, target: NodeId, link: &PeerLink, frame: Vec<u8>) -> Result<(), QueueRefused> {
         let mut slot = lock(&link.tx);
         if let Some(tx) = slot.as_ref()
             && !tx.is_closed()
         {
-            return tx.clone();
+            return tx.push(frame);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        *slot = Some(tx.clone());
+        let (tx, rx) = peer_queue();
+        let pushed = tx.push(frame);
+        *slot = Some(tx);
         let net = self.clone();
         let addr = link.addr.clone();
-        let pending = link.pending.clone();
-        tokio::spawn(async move { net.run_link(target, addr, rx, pending).await });
-        tx
+        let in_flight = link.in_flight.clone();
+        tokio::spawn(async move { net.run_link(target, addr, rx, in_flight).await });
+        pushed
     }
 
     /// Owns one connection: writes queued frames in batches, reads responses. When the
     /// connection fails every waiting request fails with it, and the next request reconnects.
-    async fn run_link(
-        self,
-        target: NodeId,
-        addr: String,
-        mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-        pending: Pending,
-    ) {
-        let fail_all = |why: &str| {
-            for (_, tx) in lock(&pending).drain() {
-                let _ = tx.send(Err(why.to_string()));
+    async fn run_link(self, target: NodeId, addr: String, mut rx: QueueRx, in_flight: InFlight) {
+        let fail_all = |why: CallError| {
+            for (_, tx) in lock(&in_flight).drain() {
+                let _ = tx.send(Err(why.clone()));
             }
         };
         let stream =
@@ -426,7 +665,7 @@ impl Network {
                 _ => {
                     rx.close();
                     self.failed_with(target);
-                    fail_all(&format!("cannot connect to node {target} at {addr}"));
+                    fail_all(CallError::CannotConnect(target, addr));
                     return;
                 }
             };
@@ -437,25 +676,25 @@ impl Network {
         let mut rd = tokio::io::BufReader::with_capacity(PEER_READ_BUF, rd);
         // Say who we are, so the peer can apply link faults to us.
         if wr.write_all(&self.inner.me.to_le_bytes()).await.is_err() {
-            fail_all("handshake failed");
+            fail_all(CallError::Handshake);
             return;
         }
-        let reader_pending = pending.clone();
+        let reader_in_flight = in_flight.clone();
         let net = self.clone();
         let mut reader = tokio::spawn(async move {
             let mut buf = Vec::new();
             loop {
                 match read_frame(&mut rd, &mut buf).await {
-                    Ok(Frame::Response { id, result }) => {
+                    Ok(PeerFrame::Response { id, result }) => {
                         if net.inner.faults.is_blocked(target) {
                             continue;
                         }
                         net.heard_from(target);
-                        if let Some(tx) = lock(&reader_pending).remove(&id) {
-                            let _ = tx.send(result);
+                        if let Some(tx) = lock(&reader_in_flight).remove(&id) {
+                            let _ = tx.send(result.map_err(CallError::Peer));
                         }
                     }
-                    Ok(Frame::Request { .. }) => {}
+                    Ok(PeerFrame::Request { .. }) => {}
                     Err(_) => return,
                 }
             }
@@ -466,18 +705,7 @@ impl Network {
             tokio::select! {
                 msg = rx.recv() => {
                     let Some(first) = msg else { break };
-                    batch.clear();
-                    batch.extend_from_slice(&first);
-                    // Let the other groups' tasks that are ready run first, so what they queue
-                    // for this peer rides in the same write.
-                    tokio::task::yield_now().await;
-                    let mut n = 1;
-                    while batch.len() < 1 << 20 {
-                        match rx.try_recv() {
-                            Ok(more) => { batch.extend_from_slice(&more); n += 1; }
-                            Err(_) => break,
-                        }
-                    }
+                    let n = rx.batch_after(first, &mut batch).await;
                     if wr.write_all(&batch).await.is_err() {
                         self.failed_with(target);
                         break;
@@ -495,7 +723,7 @@ impl Network {
         }
         rx.close();
         reader.abort();
-        fail_all(&format!("connection to node {target} closed"));
+        fail_all(CallError::Closed(target));
     }
 }
 
@@ -590,19 +818,11 @@ async fn serve_peer<H: Handler>(
         return;
     }
     let peer = u64::from_le_bytes(who);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let (tx, mut rx) = peer_queue();
     let writer = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(64 * 1024);
         while let Some(first) = rx.recv().await {
-            batch.clear();
-            batch.extend_from_slice(&first);
-            tokio::task::yield_now().await;
-            while batch.len() < 1 << 20 {
-                match rx.try_recv() {
-                    Ok(more) => batch.extend_from_slice(&more),
-                    Err(_) => break,
-                }
-            }
+            rx.batch_after(first, &mut batch).await;
             if wr.write_all(&batch).await.is_err() {
                 return;
             }
@@ -614,7 +834,7 @@ async fn serve_peer<H: Handler>(
             f = read_frame(&mut rd, &mut buf) => f,
             _ = shutdown.recv() => break,
         };
-        let Ok(Frame::Request { id, group, rpc }) = frame else {
+        let Ok(PeerFrame::Request { id, group, rpc }) = frame else {
             break;
         };
         if faults.is_blocked(peer) {
@@ -623,27 +843,26 @@ async fn serve_peer<H: Handler>(
         net.heard_from(peer);
         let handler = handler.clone();
         let tx = tx.clone();
-        let faults = faults.clone();
+        let net = net.clone();
         tokio::spawn(async move {
             let result = handler.handle(group, rpc).await;
-            if faults.is_blocked(peer) {
+            if net.faults().is_blocked(peer) {
                 return;
             }
             let mut bytes = Vec::new();
-            if encode(&Frame::Response { id, result }, &mut bytes).is_ok() {
-                let _ = tx.send(bytes);
+            if encode(&PeerFrame::Response { id, result }, &mut bytes).is_ok()
+                && let Err(QueueRefused::Full) = tx.push(bytes)
+            {
+                // The asker times out, as if the answer were lost.
+                net.note_queue_full(peer, "an answer");
             }
         });
     }
     writer.abort();
 }
 
-fn unreachable(msg: String) -> Unreachable<TypeConfig> {
-    Unreachable::from_string(msg)
-}
-
-fn unexpected() -> String {
-    "unexpected response type".to_string()
+fn unreachable(e: &CallError) -> Unreachable<TypeConfig> {
+    Unreachable::from_string(e.to_string())
 }
 
 impl Network {
@@ -657,8 +876,9 @@ impl Network {
         pick: fn(RpcOk) -> Option<T>,
     ) -> Result<T, RPCError<TypeConfig>> {
         match self.call(target, group, rpc, option.soft_ttl()).await {
-            Ok(ok) => pick(ok).ok_or_else(|| RPCError::Unreachable(unreachable(unexpected()))),
-            Err(e) => Err(RPCError::Unreachable(unreachable(e))),
+            Ok(ok) => pick(ok)
+                .ok_or_else(|| RPCError::Unreachable(unreachable(&CallError::UnexpectedAnswer))),
+            Err(e) => Err(RPCError::Unreachable(unreachable(&e))),
         }
     }
 }
@@ -739,8 +959,8 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
         tokio::select! {
             r = call => match r {
                 Ok(RpcOk::Snapshot(r)) => Ok(r),
-                Ok(_) => Err(StreamingError::Unreachable(unreachable(unexpected()))),
-                Err(e) => Err(StreamingError::Unreachable(unreachable(e))),
+                Ok(_) => Err(StreamingError::Unreachable(unreachable(&CallError::UnexpectedAnswer))),
+                Err(e) => Err(StreamingError::Unreachable(unreachable(&e))),
             },
             closed = cancel => Err(StreamingError::Closed(closed)),
         }
@@ -764,5 +984,69 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
             },
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_peer_queue_refuses_past_its_byte_budget_and_takes_any_frame_when_empty() {
+        let (tx, mut rx) = peer_queue();
+        // A frame larger than the whole budget still goes when nothing else is queued.
+        assert!(tx.push(vec![0; PEER_QUEUE_BYTES + 1]).is_ok());
+        assert!(matches!(tx.push(vec![0; 1]), Err(QueueRefused::Full)));
+        let mut batch = Vec::new();
+        let first = rx.recv().await.unwrap();
+        assert_eq!(rx.batch_after(first, &mut batch).await, 1);
+        // Taken by the writer, its bytes no longer count.
+        assert!(tx.push(vec![0; PEER_QUEUE_BYTES / 2]).is_ok());
+        assert!(tx.push(vec![0; PEER_QUEUE_BYTES / 2]).is_ok());
+        assert!(matches!(tx.push(vec![0; 1]), Err(QueueRefused::Full)));
+        let (tx, rx) = peer_queue();
+        drop(rx);
+        assert!(matches!(tx.push(vec![0; 1]), Err(QueueRefused::Closed)));
+        assert_eq!(tx.bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_queue_refuses_past_its_frame_count() {
+        let (tx, _rx) = peer_queue();
+        for _ in 0..PEER_QUEUE_FRAMES {
+            assert!(tx.push(vec![0; 8]).is_ok());
+        }
+        assert!(matches!(tx.push(vec![0; 8]), Err(QueueRefused::Full)));
+        // A refused frame leaves the byte count as it was.
+        assert_eq!(tx.bytes.load(Ordering::Relaxed), PEER_QUEUE_FRAMES * 8);
+    }
+
+    /// What a forwarding node acts on survives the trip: a redirect keeps its node, a reason
+    /// its words.
+    #[test]
+    fn peer_errors_travel_intact() {
+        let cfg = bincode::config::standard();
+        for e in [
+            PeerError::Refused(ProposeError::Moved(3)),
+            PeerError::Refused(ProposeError::ClusterDown),
+            PeerError::Refused(ProposeError::TryAgain("group 1 did not commit".into())),
+            PeerError::ShuttingDown,
+            PeerError::NoReplica(7),
+            PeerError::VoteRefused(VoteRefusal::Promised {
+                leader: 2,
+                group: 5,
+            }),
+            PeerError::Raft("stopped".into()),
+        ] {
+            let bytes = bincode::serde::encode_to_vec(&e, cfg).unwrap();
+            let (back, _): (PeerError, usize) =
+                bincode::serde::decode_from_slice(&bytes, cfg).unwrap();
+            assert_eq!(back, e);
+        }
+        assert_eq!(PeerError::ShuttingDown.to_string(), "node is shutting down");
+        assert_eq!(
+            CallError::TimedOut(2, Duration::from_millis(700)).to_string(),
+            "node 2 did not answer within 700ms"
+        );
     }
 }

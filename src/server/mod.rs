@@ -22,6 +22,7 @@ pub use live::LiveSettings;
 use crate::clock::Clock;
 use crate::cluster::node::Cluster;
 use crate::config::Settings;
+use crate::error::StartError;
 // The node commands write shards' replies with it, as `super::encode`.
 use crate::protocol::encode;
 use crate::rules::RuleStore;
@@ -187,12 +188,15 @@ impl NodeHandle {
 
 /// Binds the listener, starts the shard threads, and runs the acceptor and the background
 /// tasks on the current tokio runtime.
-pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHandle, String> {
-    let rules = RuleStore::open(settings.rules.clone())?;
+pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHandle, StartError> {
+    let rules = RuleStore::open(settings.rules.clone()).map_err(StartError::Rules)?;
     let listener = TcpListener::bind((settings.bind.as_str(), settings.port))
         .await
-        .map_err(|e| format!("cannot listen on {}:{}: {e}", settings.bind, settings.port))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|error| StartError::Listen {
+            addr: format!("{}:{}", settings.bind, settings.port),
+            error,
+        })?;
+    let addr = listener.local_addr().map_err(StartError::Socket)?;
     let n = settings.shards.max(1);
     let (handles, inboxes): (Vec<ShardHandle>, Vec<ShardInbox>) =
         (0..n).map(shard::channel).unzip();
@@ -237,7 +241,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start shard {id}'s event loop: {e}"))?;
+            .map_err(|error| StartError::ShardRuntime { shard: id, error })?;
         runtimes.push(rt.handle().clone());
         let t = std::thread::Builder::new()
             .name(format!("shard-{id}"))
@@ -250,7 +254,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
                     accept::adopt(&node, core, stream, shutdown)
                 })
             })
-            .map_err(|e| format!("cannot start shard thread: {e}"))?;
+            .map_err(StartError::ShardThread)?;
         threads.push(t);
     }
     if let Some(cs) = cluster_settings {
@@ -269,7 +273,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
             shard
                 .send(ShardMsg::Attach(cluster.clone(), fresh_run(shard.id)))
                 .await
-                .map_err(|_| "a shard stopped during start-up".to_string())?;
+                .map_err(|_| StartError::ShardStopped)?;
         }
         let _ = node.cluster.set(cluster);
     }

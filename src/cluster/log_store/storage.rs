@@ -1,0 +1,406 @@
+//! openraft's log storage over the shared file: [`NodeLog`] opens the log and hands out each
+//! group's [`GroupLog`], which keeps the group's entries in memory and queues its changes for
+//! the writer.
+
+use super::format::*;
+use super::writer::*;
+use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
+use openraft::OptionalSend;
+use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::fs;
+use std::io::{self, Read};
+use std::ops::{Bound, RangeBounds};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use tokio::sync::oneshot;
+
+pub(super) type SharedMem = Arc<Mutex<Mem>>;
+
+pub(super) struct Shared {
+    /// Every group's memory, recovered or handed out since; a group's handles share one.
+    pub(super) groups: Mutex<HashMap<GroupId, SharedMem>>,
+    /// None keeps everything in memory only.
+    pub(super) writer: Option<Writer>,
+    pub(super) stats: Arc<Stats>,
+}
+
+/// The node's Raft log; [`NodeLog::group`] gives each group its log storage. The writer stops
+/// once this and every group's handle are dropped.
+#[derive(Clone)]
+pub struct NodeLog {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl NodeLog {
+    /// Opens the log kept in `dir`, creating the directory if needed, and recovers every group
+    /// saved there; `None` keeps everything in memory. With `fsync`, data is fsynced before an
+    /// append is reported flushed and before a vote, truncate or purge returns; without it, data
+    /// is handed to the OS, which survives a killed process but not a power loss.
+    pub fn open(dir: Option<PathBuf>, fsync: bool) -> io::Result<NodeLog> {
+        let stats = Arc::new(Stats::default());
+        let Some(dir) = dir else {
+            return Ok(NodeLog {
+                shared: Arc::new(Shared {
+                    groups: Mutex::new(HashMap::new()),
+                    writer: None,
+                    stats,
+                }),
+            });
+        };
+        fs::create_dir_all(&dir)?;
+        let lock = lock_dir(&dir)?;
+        let path = dir.join(LOG_FILE);
+        let created = !path.exists();
+        let mut file = open_log_file(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let replayed =
+            replay(&bytes).map_err(|e| invalid_data(format!("{}/{e}", dir.display())))?;
+        drop(bytes);
+        let file_len = file.metadata()?.len();
+        if replayed.valid_len < file_len {
+            tracing::warn!(
+                dir = %dir.display(),
+                "dropping {} bytes of a torn record at the end of {LOG_FILE}",
+                file_len - replayed.valid_len
+            );
+            file.set_len(replayed.valid_len)?;
+            if fsync {
+                file.sync_all()?;
+            }
+        }
+        if created && fsync {
+            sync_dir(&dir)?;
+        }
+        let _ = fs::remove_file(dir.join(LOG_TMP));
+        let _ = fs::remove_file(dir.join(COMPACT_TMP));
+
+        let mut writer = LogWriter {
+            dir,
+            fsync,
+            file,
+            len: replayed.valid_len,
+            index: replayed.index,
+            failed: None,
+            batch: Vec::new(),
+            waiters: Vec::new(),
+            committed: BTreeMap::new(),
+            committed_since: None,
+            compact_from: 0,
+            background: false,
+            compacting: false,
+            stats: stats.clone(),
+            _lock: lock,
+        };
+        writer.maybe_compact();
+        writer.check()?;
+
+        let writer = if fsync {
+            let (tx, rx) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name("raft-log".into())
+                .spawn(move || writer.run(rx))?;
+            Writer {
+                tx: Some(tx),
+                thread: Some(thread),
+                inline: None,
+            }
+        } else {
+            writer.background = true;
+            Writer {
+                tx: None,
+                thread: None,
+                inline: Some(Arc::new(InlineWriter {
+                    w: Mutex::new(writer),
+                    scheduled: std::sync::atomic::AtomicBool::new(false),
+                    timer: std::sync::atomic::AtomicBool::new(false),
+                })),
+            }
+        };
+
+        let groups = replayed
+            .groups
+            .into_iter()
+            .map(|(g, mem)| (g, Arc::new(Mutex::new(mem))))
+            .collect();
+        Ok(NodeLog {
+            shared: Arc::new(Shared {
+                groups: Mutex::new(groups),
+                writer: Some(writer),
+                stats,
+            }),
+        })
+    }
+
+    /// The log storage of group `group`: what was recovered for it, or an empty log. Every call
+    /// for the same group returns a handle to the same log.
+    pub fn group(&self, group: GroupId) -> GroupLog {
+        let mem = self
+            .shared
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(group)
+            .or_default()
+            .clone();
+        GroupLog {
+            group,
+            mem,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// How many writes the writer issued so far: each carries every change queued since the
+    /// previous one, whatever group it belongs to.
+    pub fn writes(&self) -> u64 {
+        self.shared.stats.writes.load(Ordering::Relaxed)
+    }
+
+    /// How many fsyncs the writer issued so far (none without fsync).
+    pub fn syncs(&self) -> u64 {
+        self.shared.stats.syncs.load(Ordering::Relaxed)
+    }
+}
+
+/// One group's log storage and log reader within the node's log: clones share the same log.
+#[derive(Clone)]
+pub struct GroupLog {
+    pub(super) group: GroupId,
+    pub(super) mem: SharedMem,
+    pub(super) shared: Arc<Shared>,
+}
+
+pub(super) async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
+    rx.await.map_err(|_| writer_gone())?
+}
+
+impl GroupLog {
+    pub(super) fn mem(&self) -> MutexGuard<'_, Mem> {
+        self.mem.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn writer(&self) -> Option<&Writer> {
+        self.shared.writer.as_ref()
+    }
+
+    /// Queues a truncate or purge marker after changing memory with `change`, under the lock so
+    /// the writer sees this group's jobs in the order its memory changed, and waits for it.
+    pub(super) async fn write_marker(
+        &self,
+        bytes: Option<Vec<u8>>,
+        change: impl FnOnce(&mut Mem),
+        job: impl FnOnce(Vec<u8>, oneshot::Sender<io::Result<()>>) -> Job,
+    ) -> io::Result<()> {
+        let rx = {
+            let mut mem = self.mem();
+            change(&mut mem);
+            match (self.writer(), bytes) {
+                (Some(writer), Some(bytes)) => {
+                    let (done, rx) = oneshot::channel();
+                    writer.send(job(bytes, done))?;
+                    Some(rx)
+                }
+                _ => None,
+            }
+        };
+        match rx {
+            Some(rx) => wait(rx).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The encoded record of `change` when there is a disk to write it to.
+    pub(super) fn encode(&self, change: ChangeRef<'_>) -> io::Result<Option<Vec<u8>>> {
+        match self.writer() {
+            Some(_) => encode_record(self.group, change).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// The inclusive index bounds of `range`, or None when it is empty.
+pub(super) fn index_bounds(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e,
+        Bound::Excluded(&e) => e.checked_sub(1)?,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start <= end).then_some((start, end))
+}
+
+impl RaftLogReader<TypeConfig> for GroupLog {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let Some((start, end)) = index_bounds(&range) else {
+            return Ok(Vec::new());
+        };
+        let mem = self.mem();
+        let mut out: Vec<Entry> = Vec::new();
+        for (&index, entry) in mem.entries.range(start..=end) {
+            if let Some(prev) = out.last()
+                && prev.log_id.index + 1 != index
+            {
+                return Err(invalid_data(format!(
+                    "raft log of group {} has a hole between {} and {index}",
+                    self.group, prev.log_id.index
+                )));
+            }
+            out.push(entry.clone());
+        }
+        Ok(out)
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.mem().vote)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for GroupLog {
+    type LogReader = GroupLog;
+
+    async fn get_log_state(&mut self) -> Result<LogState, io::Error> {
+        let mem = self.mem();
+        let last_log_id = mem.entries.last_key_value().map(|(_, e)| e.log_id);
+        Ok(LogState {
+            last_purged_log_id: mem.last_purged,
+            last_log_id: last_log_id.or(mem.last_purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        if let Some(writer) = self.writer() {
+            let (done, rx) = oneshot::channel();
+            writer.send(Job::Vote {
+                group: self.group,
+                bytes: encode_record(self.group, ChangeRef::Vote(vote))?,
+                done,
+            })?;
+            wait(rx).await?;
+        }
+        // Readers see the vote only once it is durable.
+        self.mem().vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        let bytes = self.encode(ChangeRef::Committed(committed.as_ref()))?;
+        let mut mem = self.mem();
+        mem.committed = committed;
+        // Not waited for: openraft does not need committed durable on return, and the writer
+        // puts it on disk after every entry queued before it.
+        if let (Some(writer), Some(bytes)) = (self.writer(), bytes) {
+            writer.send(Job::Committed {
+                group: self.group,
+                bytes,
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.mem().committed)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let Some(writer) = self.writer() else {
+            let mut mem = self.mem();
+            for entry in entries {
+                put(&mut mem.entries, entry.log_id.index, entry);
+            }
+            drop(mem);
+            callback.io_completed(Ok(()));
+            return Ok(());
+        };
+        let mut bytes = Vec::new();
+        let mut records = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let size = push_record(&mut bytes, self.group, ChangeRef::Entry(entry))?;
+            records.push((entry.log_id.index, size));
+        }
+        let mut mem = self.mem();
+        for entry in entries {
+            put(&mut mem.entries, entry.log_id.index, entry);
+        }
+        // Queued under the lock, so the writer sees jobs in the order memory changed.
+        writer.send(Job::Append {
+            group: self.group,
+            bytes,
+            records,
+            done: callback,
+        })
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let after = last_log_id.map(|l| l.index);
+        let bytes = self.encode(ChangeRef::TruncateAfter(after))?;
+        let group = self.group;
+        self.write_marker(
+            bytes,
+            |mem| {
+                cut_after(&mut mem.entries, after);
+            },
+            |bytes, done| Job::Truncate {
+                group,
+                bytes,
+                after,
+                done,
+            },
+        )
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let bytes = self.encode(ChangeRef::Purge(&log_id))?;
+        let group = self.group;
+        self.write_marker(
+            bytes,
+            |mem| mem.purge(&log_id),
+            |bytes, done| Job::Purge {
+                group,
+                bytes,
+                log_id,
+                done,
+            },
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_and_reversed_ranges() {
+        assert_eq!(index_bounds(&(3..3)), None);
+        assert_eq!(index_bounds(&(0..0)), None);
+        assert_eq!(index_bounds(&(3..=3)), Some((3, 3)));
+        assert_eq!(index_bounds(&(5..)), Some((5, u64::MAX)));
+        #[allow(clippy::reversed_empty_ranges)]
+        let reversed = 7..2;
+        assert_eq!(index_bounds(&reversed), None);
+    }
+}
