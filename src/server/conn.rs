@@ -17,7 +17,7 @@
 //! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
 //!   growth passes it is closed.
 
-use super::{ClientInfo, Node, Pending, encode, is_barrier, is_no_auth};
+use super::{ClientInfo, Node, Pending, encode};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::{self, ParseError, Parsed, table};
 use crate::protocol::{Args, ReplyWriter, Request, RequestParser};
@@ -343,7 +343,7 @@ impl Conn {
                 break;
             }
             let is_exec = req.name().eq_ignore_ascii_case(b"exec");
-            if !self.authed && !is_no_auth(req.name()) {
+            if !self.authed && !table::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
                 self.refuse(is_exec, "NOAUTH Authentication required.");
                 continue;
             }
@@ -399,7 +399,7 @@ impl Conn {
         spec: &'static table::CommandSpec,
         args: Args,
     ) -> Result<(), Stop> {
-        if is_barrier(spec.name) {
+        if spec.is_barrier() {
             self.flush().await?;
             let mut buf = std::mem::take(&mut self.round.local);
             let res = self.node_command(spec, args, &mut buf).await;

@@ -760,29 +760,6 @@ impl Conn {
     }
 }
 
-fn is_no_auth(name: &[u8]) -> bool {
-    ["auth", "hello", "quit", "reset"]
-        .iter()
-        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
-}
-
-/// Commands that must see every earlier reply written before they run.
-fn is_barrier(name: &str) -> bool {
-    matches!(
-        name,
-        "hello"
-            | "auth"
-            | "quit"
-            | "reset"
-            | "dbsize"
-            | "flushall"
-            | "flushdb"
-            | "keys"
-            | "scan"
-            | "select"
-    )
-}
-
 /// Encodes a shard's reply.
 pub fn encode(w: &mut ReplyWriter, r: &Reply) {
     match r {
