@@ -43,8 +43,21 @@ pub enum Parsed {
     Keyed { route: Bytes, cmd: KeyCmd },
     /// Touches several keys, possibly owned by several shards.
     Multi(MultiCmd),
-    /// Handled by the node itself (connection state, server info, all-shard operations).
-    Node(&'static CommandSpec, Args),
+    /// Handled by the node itself (connection state, server info, all-shard operations). A
+    /// node command whose arguments are refused is still queued in a transaction, as Redis
+    /// queues it, and answers its error when it runs.
+    Node(&'static CommandSpec, Result<NodeCmd, ArgError>),
+}
+
+/// A command the node runs itself, by family.
+pub enum NodeCmd {
+    Connection(connection::ConnectionCmd),
+    Server(server::ServerCmd),
+    Scan(scan::ScanCmd),
+    Rule(rules::RuleCmd),
+    Cluster(cluster::ClusterCmd),
+    /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the connection runs these itself.
+    Transaction,
 }
 
 pub enum MultiCmd {
@@ -144,8 +157,43 @@ pub fn parse(req: Request, rules: &RuleSet) -> Result<Parsed, ParseError> {
     let mut a = Args::new(spec.name, req);
     match spec.parse {
         Parser::Key(parse) => parse(&mut a, rules),
-        Parser::Node => Ok(Parsed::Node(spec, a)),
+        Parser::Node(parse) => Ok(Parsed::Node(spec, parse(&mut a))),
     }
+}
+
+/// What a command answers when arguments are left over after its last one: Redis words it
+/// per command.
+#[derive(Clone, Copy)]
+pub enum Trailing {
+    /// `ERR syntax error`
+    Syntax,
+    /// The command's own wrong-number-of-arguments error.
+    Arity,
+    /// A subcommand's (`container|sub`) wrong-number-of-arguments error.
+    SubArity(&'static str),
+}
+
+/// How every parser ends: `finish_as` refuses leftover arguments with the command's error.
+pub trait Finish {
+    fn finish_as(&self, trailing: Trailing) -> Result<(), ArgError>;
+}
+
+impl Finish for Args {
+    fn finish_as(&self, trailing: Trailing) -> Result<(), ArgError> {
+        if self.remaining() == 0 {
+            return Ok(());
+        }
+        Err(match trailing {
+            Trailing::Syntax => ArgError::Syntax,
+            Trailing::Arity => self.arity_error(),
+            Trailing::SubArity(name) => ArgError::WrongArity(name.to_string()),
+        })
+    }
+}
+
+/// An error reply, as given.
+fn msg(m: impl Into<String>) -> ArgError {
+    ArgError::Msg(m.into())
 }
 
 /// An argument as Redis's C code compares it: up to its first NUL byte.

@@ -5,11 +5,12 @@
 //! in the order `COMMAND` lists them. An entry's index in `COMMANDS` is also what a client's
 //! last command is remembered by (CLIENT LIST's `cmd=`).
 
+use super::NodeCmd;
 use super::{
     ParseError, Parsed, cell, cluster, connection, expiry, keyspace, limits, rules, scan, server,
     strings, transactions,
 };
-use crate::protocol::{Args, ReplyWriter};
+use crate::protocol::{ArgError, Args, ReplyWriter};
 use crate::rules::RuleSet;
 
 /// Properties of a command the server acts on. `NO_AUTH`, `WRITE` and `READONLY` mirror the
@@ -70,8 +71,9 @@ const fn eq(a: &[u8], b: &[u8]) -> bool {
 pub enum Parser {
     /// A command on keys: it becomes a `KeyCmd` for one shard, or a `MultiCmd` over several.
     Key(fn(&mut Args, &RuleSet) -> Result<Parsed, ParseError>),
-    /// A command the node runs itself.
-    Node,
+    /// A command the node runs itself. An error is kept, not returned at once: the command
+    /// answers it when it runs (in a transaction, at EXEC).
+    Node(fn(&mut Args) -> Result<NodeCmd, ArgError>),
 }
 
 #[derive(Clone, Copy)]
@@ -180,6 +182,49 @@ static ALL: [CommandSpec; COUNT] = {
     }
     out
 };
+
+/// Subcommands of container commands that CLIENT LIST shows as `cmd=container|sub`, and
+/// COMMAND LIST lists after the commands.
+pub static SUBCOMMANDS: &[&str] = &[
+    "client|id",
+    "client|setname",
+    "client|getname",
+    "client|setinfo",
+    "client|info",
+    "client|list",
+    "client|kill",
+    "client|no-evict",
+    "client|no-touch",
+    "client|help",
+    "config|get",
+    "config|set",
+    "config|resetstat",
+    "config|help",
+    "command|count",
+    "command|list",
+    "command|info",
+    "command|docs",
+    "command|getkeys",
+    "command|help",
+    "cluster|info",
+    "cluster|nodes",
+    "cluster|slots",
+    "cluster|shards",
+    "cluster|myid",
+    "cluster|keyslot",
+];
+
+/// What a container command's subcommand is remembered by: its index in `SUBCOMMANDS` plus
+/// one, or 0 when it is not one of them.
+pub fn subcommand(container: &str, sub: &str) -> usize {
+    SUBCOMMANDS
+        .iter()
+        .position(|full| {
+            full.split_once('|')
+                .is_some_and(|(cont, s)| cont == container && s.eq_ignore_ascii_case(sub))
+        })
+        .map_or(0, |i| i + 1)
+}
 
 /// Finds a command by its name, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {

@@ -1,7 +1,10 @@
 //! Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH. The connection runs them, since a
-//! transaction is connection state.
+//! transaction is connection state; their entries parse into `NodeCmd::Transaction`, and the
+//! connection tells them apart by name.
 
+use super::NodeCmd;
 use super::table::{CommandSpec, Parser, command};
+use crate::protocol::{ArgError, Args};
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
     command! {
@@ -12,7 +15,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         acl: ["@fast", "@transaction"],
         group: "transactions",
         summary: "Starts a transaction: later commands are queued until EXEC.",
-        parse: Parser::Node,
+        parse: Parser::Node(parse_transaction),
     },
     command! {
         name: "exec",
@@ -22,7 +25,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         acl: ["@slow", "@transaction"],
         group: "transactions",
         summary: "Runs the queued commands atomically on the shard that owns their slot.",
-        parse: Parser::Node,
+        parse: Parser::Node(parse_transaction),
     },
     command! {
         name: "discard",
@@ -32,7 +35,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         acl: ["@fast", "@transaction"],
         group: "transactions",
         summary: "Drops the queued commands.",
-        parse: Parser::Node,
+        parse: Parser::Node(parse_transaction),
     },
     command! {
         name: "watch",
@@ -42,7 +45,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         acl: ["@fast", "@transaction"],
         group: "transactions",
         summary: "Not supported: transactions on one slot are already atomic.",
-        parse: Parser::Node,
+        parse: Parser::Node(parse_transaction),
     },
     command! {
         name: "unwatch",
@@ -52,6 +55,10 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         acl: ["@fast", "@transaction"],
         group: "transactions",
         summary: "Forgets watched keys (none are ever watched).",
-        parse: Parser::Node,
+        parse: Parser::Node(parse_transaction),
     },
 ];
+
+fn parse_transaction(_: &mut Args) -> Result<NodeCmd, ArgError> {
+    Ok(NodeCmd::Transaction)
+}

@@ -19,8 +19,8 @@
 
 use super::{ClientInfo, Node, Pending, encode};
 use crate::cmd::keyed::{KeyCmd, Reply};
-use crate::cmd::{self, ParseError, Parsed, table};
-use crate::protocol::{Args, ReplyWriter, Request, RequestParser};
+use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
+use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::slot::key_slot;
 use bytes::BytesMut;
@@ -102,7 +102,7 @@ struct Txn {
 
 enum TxnItem {
     Key(KeyCmd),
-    Node(&'static table::CommandSpec, Args),
+    Node(&'static table::CommandSpec, Result<NodeCmd, ArgError>),
 }
 
 /// One client connection.
@@ -397,7 +397,7 @@ impl Conn {
     async fn node_cmd(
         &mut self,
         spec: &'static table::CommandSpec,
-        args: Args,
+        args: Result<NodeCmd, ArgError>,
     ) -> Result<(), Stop> {
         if spec.is_barrier() {
             self.flush().await?;

@@ -18,9 +18,9 @@ pub use live::LiveSettings;
 use crate::clock::Clock;
 use crate::cluster::node::Cluster;
 use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
-use crate::cmd::{MultiCmd, table};
+use crate::cmd::{MultiCmd, NodeCmd, table};
 use crate::config::Settings;
-use crate::protocol::{Args, ReplyWriter};
+use crate::protocol::{ArgError, ReplyWriter};
 use crate::rules::RuleStore;
 use crate::shard::{
     self, Answer, CoreRef, ShardCore, ShardGone, ShardHandle, ShardInbox, ShardMsg,
@@ -753,7 +753,7 @@ impl Conn {
     async fn node_command(
         &mut self,
         spec: &'static table::CommandSpec,
-        args: Args,
+        args: Result<NodeCmd, ArgError>,
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
         node_cmds::run(self, spec, args, buf).await
