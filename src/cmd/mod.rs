@@ -200,3 +200,61 @@ fn msg(m: impl Into<String>) -> ArgError {
 fn c_str(arg: &[u8]) -> &[u8] {
     arg.split(|&b| b == 0).next().unwrap_or(arg)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::cluster::{ClusterCmd, ClusterSub};
+    use super::connection::ConnectionCmd;
+    use super::*;
+
+    fn node(args: &[&str]) -> (&'static str, Result<NodeCmd, ArgError>) {
+        match parse(Request::from_args(args), &RuleSet::default()) {
+            Ok(Parsed::Node(spec, cmd)) => (spec.name, cmd),
+            _ => panic!("{args:?} is not a node command"),
+        }
+    }
+
+    #[test]
+    fn a_node_command_keeps_its_argument_error_for_when_it_runs() {
+        let (name, cmd) = node(&["PING", "a", "b"]);
+        assert_eq!(name, "ping");
+        assert_eq!(
+            cmd.err().map(|e| e.to_string()).as_deref(),
+            Some("ERR wrong number of arguments for 'ping' command")
+        );
+    }
+
+    #[test]
+    fn hello_tries_its_auth_options_before_the_one_that_did_not_parse() {
+        let (_, cmd) = node(&["HELLO", "3", "AUTH", "default", "pw", "BOGUS"]);
+        let Ok(NodeCmd::Connection(ConnectionCmd::Hello(h))) = cmd else {
+            panic!("not HELLO");
+        };
+        assert_eq!(h.proto, Some(3));
+        assert_eq!(h.auth.len(), 1);
+        assert_eq!(h.refused, Some(ArgError::Syntax));
+    }
+
+    #[test]
+    fn a_cluster_subcommand_is_recorded_and_its_arguments_checked_after_the_mode() {
+        let (_, cmd) = node(&["CLUSTER", "myid", "extra"]);
+        let Ok(NodeCmd::Cluster(ClusterCmd::Cluster { sub, cmd })) = cmd else {
+            panic!("not CLUSTER");
+        };
+        assert_eq!(table::SUBCOMMANDS.get(sub - 1), Some(&"cluster|myid"));
+        assert!(matches!(cmd, Ok(ClusterSub::View(Err(ArgError::Syntax)))));
+    }
+
+    #[test]
+    fn trailing_arguments_are_refused_with_the_error_asked_for() {
+        let mut a = Args::new("ping", Request::from_args(&["ping", "x"]));
+        assert_eq!(a.finish_as(Trailing::Syntax), Err(ArgError::Syntax));
+        assert_eq!(
+            a.finish_as(Trailing::SubArity("command|count")),
+            Err(ArgError::WrongArity("command|count".into()))
+        );
+        assert_eq!(a.finish_as(Trailing::Arity), Err(a.arity_error()));
+        assert!(a.next_opt().is_some());
+        assert_eq!(a.finish_as(Trailing::Syntax), Ok(()));
+    }
+}
