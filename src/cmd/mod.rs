@@ -1,9 +1,12 @@
-//! Commands: the registry of every command, and each family's parsing and execution.
+//! Commands: the registry of every command, and each family's parsing (and, for commands on
+//! keys, their execution on a shard).
 //!
 //! A command is declared once, in its family's file under `src/cmd/`: the file holds the
 //! family's registry entries (`table::command!`: name, arity, flags, key positions, `COMMAND`
-//! metadata, parser), the functions that turn arguments into typed work, and the functions
-//! that run it. `table` gathers the families into one registry that `parse` looks up by name.
+//! metadata, parser) and the functions that turn arguments into typed work; a family of key
+//! commands also holds the functions a shard runs them with. Node commands act on connection
+//! and node state that `server` owns, so `server::node_cmds` runs their typed form. `table`
+//! gathers the families into one registry that `parse` looks up by name.
 //!
 //! - Adding a key command: its entry, parse function and execution in its family file, one
 //!   variant appended at the end of `KeyCmd` (`keyed.rs`; the enum is encoded into the Raft
