@@ -1,719 +1,230 @@
-//! What `COMMAND` reports: every command's arity, flags and key positions, so cluster-aware
-//! clients can route bucketd's own commands, and arity is checked in one place.
+//! The command registry: every command's entry (name, arity, flags, key positions, `COMMAND`
+//! metadata and parser), looked up by name, and written out for `COMMAND`.
+//!
+//! Each family file declares its own entries in a `COMMANDS` slice; `FAMILIES` puts the slices
+//! in the order `COMMAND` lists them. An entry's index in `COMMANDS` is also what a client's
+//! last command is remembered by (CLIENT LIST's `cmd=`).
 
-use crate::protocol::ReplyWriter;
+use super::NodeCmd;
+use super::{
+    ParseError, Parsed, cell, cluster, connection, expiry, keyspace, limits, rules, scan, server,
+    strings, transactions,
+};
+use crate::protocol::{ArgError, Args, ReplyWriter};
+use crate::rules::RuleSet;
 
+/// Properties of a command the server acts on. `NO_AUTH`, `WRITE` and `READONLY` mirror the
+/// Redis flags of the same names in `CommandSpec::flags` (they are derived from them);
+/// `BARRIER` is bucketd's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flags(u8);
+
+impl Flags {
+    /// Runs before the connection has authenticated.
+    pub const NO_AUTH: Flags = Flags(1);
+    pub const WRITE: Flags = Flags(1 << 1);
+    pub const READONLY: Flags = Flags(1 << 2);
+    /// Must see every earlier reply of the round written before it runs: it changes how later
+    /// replies are encoded or whether later commands may run (HELLO, AUTH, SELECT, QUIT,
+    /// RESET), or it reads or clears every shard (DBSIZE, FLUSHALL, KEYS, SCAN).
+    pub const BARRIER: Flags = Flags(1 << 3);
+
+    pub const fn contains(self, f: Flags) -> bool {
+        self.0 & f.0 == f.0
+    }
+
+    /// The typed flags named in a Redis flag list, plus `BARRIER` when `barrier` is set.
+    pub(crate) const fn of_names(names: &[&str], barrier: bool) -> Flags {
+        let mut bits = if barrier { Flags::BARRIER.0 } else { 0 };
+        let mut i = 0;
+        while i < names.len() {
+            let n = names[i].as_bytes();
+            if eq(n, b"no_auth") {
+                bits |= Flags::NO_AUTH.0;
+            } else if eq(n, b"write") {
+                bits |= Flags::WRITE.0;
+            } else if eq(n, b"readonly") {
+                bits |= Flags::READONLY.0;
+            }
+            i += 1;
+        }
+        Flags(bits)
+    }
+}
+
+const fn eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// How a command's arguments become work.
+#[derive(Clone, Copy)]
+pub enum Parser {
+    /// A command on keys: it becomes a `KeyCmd` for one shard, or a `MultiCmd` over several.
+    Key(fn(&mut Args, &RuleSet) -> Result<Parsed, ParseError>),
+    /// A command the node runs itself. An error is kept, not returned at once: the command
+    /// answers it when it runs (in a transaction, at EXEC).
+    Node(fn(&mut Args) -> Result<NodeCmd, ArgError>),
+}
+
+#[derive(Clone, Copy)]
 pub struct CommandSpec {
     /// Lowercase, as Redis reports it.
     pub name: &'static str,
     /// Positive: exact argument count including the name; negative: at least that many.
     pub arity: i64,
+    /// As `COMMAND` reports them, in this order.
     pub flags: &'static [&'static str],
+    /// What the server tests, derived from `flags` (and the entry's `barrier`).
+    pub props: Flags,
     pub first_key: i64,
     pub last_key: i64,
     pub step: i64,
     pub acl: &'static [&'static str],
     pub group: &'static str,
     pub summary: &'static str,
+    pub parse: Parser,
 }
 
-macro_rules! spec {
-    ($name:expr, $arity:expr, [$($flag:expr),*], $first:expr, $last:expr, $step:expr, [$($acl:expr),*], $group:expr, $summary:expr) => {
-        CommandSpec { name: $name, arity: $arity, flags: &[$($flag),*], first_key: $first, last_key: $last, step: $step, acl: &[$($acl),*], group: $group, summary: $summary }
+impl CommandSpec {
+    pub const fn is_no_auth(&self) -> bool {
+        self.props.contains(Flags::NO_AUTH)
+    }
+
+    pub const fn is_barrier(&self) -> bool {
+        self.props.contains(Flags::BARRIER)
+    }
+
+    pub const fn is_readonly(&self) -> bool {
+        self.props.contains(Flags::READONLY)
+    }
+}
+
+/// One registry entry. `keys: (first, last, step)` as `COMMAND` reports them; `barrier: true`
+/// marks a `Flags::BARRIER` command.
+macro_rules! command {
+    (
+        name: $name:expr,
+        arity: $arity:expr,
+        flags: [$($flag:expr),* $(,)?],
+        keys: ($first:expr, $last:expr, $step:expr),
+        acl: [$($acl:expr),* $(,)?],
+        group: $group:expr,
+        summary: $summary:expr,
+        $(barrier: $barrier:expr,)?
+        parse: $parse:expr $(,)?
+    ) => {
+        $crate::cmd::table::CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: &[$($flag),*],
+            props: $crate::cmd::table::Flags::of_names(&[$($flag),*], false $(|| $barrier)?),
+            first_key: $first,
+            last_key: $last,
+            step: $step,
+            acl: &[$($acl),*],
+            group: $group,
+            summary: $summary,
+            parse: $parse,
+        }
     };
 }
+pub(super) use command;
 
-pub static COMMANDS: &[CommandSpec] = &[
-    spec!(
-        "ping",
-        -1,
-        ["fast", "stale"],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Returns the server's liveliness response."
-    ),
-    spec!(
-        "echo",
-        2,
-        ["fast"],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Returns the given string."
-    ),
-    spec!(
-        "hello",
-        -1,
-        [
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no_auth",
-            "allow_busy"
-        ],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Handshakes with the server: protocol version, authentication, client name."
-    ),
-    spec!(
-        "auth",
-        -2,
-        [
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no_auth",
-            "allow_busy"
-        ],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Authenticates the connection."
-    ),
-    spec!(
-        "select",
-        2,
-        ["loading", "stale", "fast"],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Changes the selected database (only 0 exists)."
-    ),
-    spec!(
-        "client",
-        -2,
-        ["noscript", "loading", "stale"],
-        0,
-        0,
-        0,
-        ["@slow", "@connection"],
-        "connection",
-        "Client connection commands: ID, SETNAME, GETNAME, SETINFO, INFO, LIST."
-    ),
-    spec!(
-        "quit",
-        -1,
-        [
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no_auth",
-            "allow_busy"
-        ],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Closes the connection."
-    ),
-    spec!(
-        "reset",
-        1,
-        [
-            "noscript",
-            "loading",
-            "stale",
-            "fast",
-            "no_auth",
-            "allow_busy"
-        ],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "connection",
-        "Resets the connection to its initial state."
-    ),
-    spec!(
-        "command",
-        -1,
-        ["loading", "stale"],
-        0,
-        0,
-        0,
-        ["@slow", "@connection"],
-        "server",
-        "Returns details about commands: COUNT, INFO, DOCS, LIST."
-    ),
-    spec!(
-        "info",
-        -1,
-        ["loading", "stale"],
-        0,
-        0,
-        0,
-        ["@slow", "@dangerous"],
-        "server",
-        "Returns information and statistics about the server."
-    ),
-    spec!(
-        "config",
-        -2,
-        ["admin", "noscript", "loading", "stale"],
-        0,
-        0,
-        0,
-        ["@admin", "@slow", "@dangerous"],
-        "server",
-        "Reads settings: CONFIG GET; CONFIG RESETSTAT."
-    ),
-    spec!(
-        "dbsize",
-        1,
-        ["readonly", "fast"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@read", "@fast"],
-        "server",
-        "Returns the number of keys."
-    ),
-    spec!(
-        "flushall",
-        -1,
-        ["write"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@write", "@slow", "@dangerous"],
-        "server",
-        "Removes all keys."
-    ),
-    spec!(
-        "flushdb",
-        -1,
-        ["write"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@write", "@slow", "@dangerous"],
-        "server",
-        "Removes all keys."
-    ),
-    spec!(
-        "time",
-        1,
-        ["loading", "stale", "fast"],
-        0,
-        0,
-        0,
-        ["@fast"],
-        "server",
-        "Returns the server time."
-    ),
-    spec!(
-        "keys",
-        2,
-        ["readonly"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@read", "@slow", "@dangerous"],
-        "generic",
-        "Returns all key names that match a pattern."
-    ),
-    spec!(
-        "get",
-        2,
-        ["readonly", "fast"],
-        1,
-        1,
-        1,
-        ["@read", "@string", "@fast"],
-        "string",
-        "Returns the string value of a key."
-    ),
-    spec!(
-        "set",
-        -3,
-        ["write", "denyoom"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@slow"],
-        "string",
-        "Sets the string value of a key: EX, PX, EXAT, PXAT, KEEPTTL, NX, XX, GET."
-    ),
-    spec!(
-        "incr",
-        2,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Increments the integer value of a key by one."
-    ),
-    spec!(
-        "incrby",
-        3,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Increments the integer value of a key by a number."
-    ),
-    spec!(
-        "decr",
-        2,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Decrements the integer value of a key by one."
-    ),
-    spec!(
-        "decrby",
-        3,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Decrements the integer value of a key by a number."
-    ),
-    spec!(
-        "setex",
-        4,
-        ["write", "denyoom"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@slow"],
-        "string",
-        "Sets the string value and time to live in seconds of a key."
-    ),
-    spec!(
-        "psetex",
-        4,
-        ["write", "denyoom"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@slow"],
-        "string",
-        "Sets the string value and time to live in milliseconds of a key."
-    ),
-    spec!(
-        "setnx",
-        3,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Sets the string value of a key only if the key does not exist."
-    ),
-    spec!(
-        "getset",
-        3,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Sets the string value of a key and returns its old value."
-    ),
-    spec!(
-        "getex",
-        -2,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Returns the string value of a key and optionally sets its expiry: EX, PX, EXAT, PXAT, PERSIST."
-    ),
-    spec!(
-        "getdel",
-        2,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Returns the string value of a key and deletes the key."
-    ),
-    spec!(
-        "incrbyfloat",
-        3,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@string", "@fast"],
-        "string",
-        "Increments the float value of a key by a number."
-    ),
-    spec!(
-        "mget",
-        -2,
-        ["readonly", "fast"],
-        1,
-        -1,
-        1,
-        ["@read", "@string", "@fast"],
-        "string",
-        "Returns the string values of several keys."
-    ),
-    spec!(
-        "mset",
-        -3,
-        ["write", "denyoom"],
-        1,
-        -1,
-        2,
-        ["@write", "@string", "@slow"],
-        "string",
-        "Sets several keys to their values."
-    ),
-    spec!(
-        "expiretime",
-        2,
-        ["readonly", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@read", "@fast"],
-        "generic",
-        "Returns a key's expiry as a unix time in seconds."
-    ),
-    spec!(
-        "pexpiretime",
-        2,
-        ["readonly", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@read", "@fast"],
-        "generic",
-        "Returns a key's expiry as a unix time in milliseconds."
-    ),
-    spec!(
-        "expire",
-        -3,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@write", "@fast"],
-        "generic",
-        "Sets a key's time to live in seconds."
-    ),
-    spec!(
-        "pexpire",
-        -3,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@write", "@fast"],
-        "generic",
-        "Sets a key's time to live in milliseconds."
-    ),
-    spec!(
-        "expireat",
-        -3,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@write", "@fast"],
-        "generic",
-        "Sets a key's expiry as a unix time in seconds."
-    ),
-    spec!(
-        "pexpireat",
-        -3,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@write", "@fast"],
-        "generic",
-        "Sets a key's expiry as a unix time in milliseconds."
-    ),
-    spec!(
-        "persist",
-        2,
-        ["write", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@write", "@fast"],
-        "generic",
-        "Removes a key's expiry."
-    ),
-    spec!(
-        "ttl",
-        2,
-        ["readonly", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@read", "@fast"],
-        "generic",
-        "Returns a key's time to live in seconds."
-    ),
-    spec!(
-        "pttl",
-        2,
-        ["readonly", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@read", "@fast"],
-        "generic",
-        "Returns a key's time to live in milliseconds."
-    ),
-    spec!(
-        "type",
-        2,
-        ["readonly", "fast"],
-        1,
-        1,
-        1,
-        ["@keyspace", "@read", "@fast"],
-        "generic",
-        "Returns the type of value stored at a key."
-    ),
-    spec!(
-        "del",
-        -2,
-        ["write"],
-        1,
-        -1,
-        1,
-        ["@keyspace", "@write", "@slow"],
-        "generic",
-        "Deletes keys."
-    ),
-    spec!(
-        "unlink",
-        -2,
-        ["write", "fast"],
-        1,
-        -1,
-        1,
-        ["@keyspace", "@write", "@fast"],
-        "generic",
-        "Deletes keys."
-    ),
-    spec!(
-        "exists",
-        -2,
-        ["readonly", "fast"],
-        1,
-        -1,
-        1,
-        ["@keyspace", "@read", "@fast"],
-        "generic",
-        "Counts how many of the given keys exist."
-    ),
-    spec!(
-        "cl.throttle",
-        // As redis-cell registers it: the module checks its argument count itself.
-        -1,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@fast", "@ratelimit"],
-        "ratelimit",
-        "redis-cell's GCRA rate limit: CL.THROTTLE key max_burst count period [quantity]."
-    ),
-    spec!(
-        "bk.check",
-        -3,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@fast", "@ratelimit"],
-        "ratelimit",
-        "Checks and consumes one limit: BK.CHECK key spec [COST n] [PEEK]."
-    ),
-    spec!(
-        "bk.checkall",
-        -4,
-        ["write", "denyoom", "fast", "movablekeys"],
-        2,
-        2,
-        1,
-        ["@write", "@fast", "@ratelimit"],
-        "ratelimit",
-        "Checks several limits, consuming all or none: BK.CHECKALL numkeys key... spec... [COST n] [PEEK]."
-    ),
-    spec!(
-        "bk.lease",
-        4,
-        ["write", "denyoom", "fast"],
-        1,
-        1,
-        1,
-        ["@write", "@fast", "@ratelimit"],
-        "ratelimit",
-        "Takes up to n units at once: BK.LEASE key spec n."
-    ),
-    spec!(
-        "bk.reset",
-        -2,
-        ["write"],
-        1,
-        -1,
-        1,
-        ["@write", "@ratelimit"],
-        "ratelimit",
-        "Forgets buckets, refilling them: BK.RESET key [key ...]."
-    ),
-    spec!(
-        "bk.rule",
-        -2,
-        ["admin"],
-        0,
-        0,
-        0,
-        ["@admin", "@ratelimit"],
-        "ratelimit",
-        "Named rules: BK.RULE SET|GET|DEL|LIST|RELOAD."
-    ),
-    spec!(
-        "cluster",
-        -2,
-        ["stale"],
-        0,
-        0,
-        0,
-        ["@slow"],
-        "cluster",
-        "Cluster commands; standalone nodes answer CLUSTER KEYSLOT."
-    ),
-    spec!(
-        "asking",
-        1,
-        ["fast"],
-        0,
-        0,
-        0,
-        ["@fast", "@connection"],
-        "cluster",
-        "Lets the next command on this connection reach a slot being imported."
-    ),
-    spec!(
-        "readonly",
-        1,
-        ["loading", "stale", "fast"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@fast"],
-        "cluster",
-        "Enables reads from replicas on this connection."
-    ),
-    spec!(
-        "readwrite",
-        1,
-        ["loading", "stale", "fast"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@fast"],
-        "cluster",
-        "Disables reads from replicas on this connection."
-    ),
-    spec!(
-        "multi",
-        1,
-        ["noscript", "loading", "stale", "fast", "allow_busy"],
-        0,
-        0,
-        0,
-        ["@fast", "@transaction"],
-        "transactions",
-        "Starts a transaction: later commands are queued until EXEC."
-    ),
-    spec!(
-        "exec",
-        1,
-        ["noscript", "loading", "stale", "skip_slowlog"],
-        0,
-        0,
-        0,
-        ["@slow", "@transaction"],
-        "transactions",
-        "Runs the queued commands atomically on the shard that owns their slot."
-    ),
-    spec!(
-        "discard",
-        1,
-        ["noscript", "loading", "stale", "fast", "allow_busy"],
-        0,
-        0,
-        0,
-        ["@fast", "@transaction"],
-        "transactions",
-        "Drops the queued commands."
-    ),
-    spec!(
-        "watch",
-        -2,
-        ["noscript", "loading", "stale", "fast", "allow_busy"],
-        1,
-        -1,
-        1,
-        ["@fast", "@transaction"],
-        "transactions",
-        "Not supported: transactions on one slot are already atomic."
-    ),
-    spec!(
-        "unwatch",
-        1,
-        ["noscript", "loading", "stale", "fast", "allow_busy"],
-        0,
-        0,
-        0,
-        ["@fast", "@transaction"],
-        "transactions",
-        "Forgets watched keys (none are ever watched)."
-    ),
-    spec!(
-        "scan",
-        -2,
-        ["readonly"],
-        0,
-        0,
-        0,
-        ["@keyspace", "@read", "@slow"],
-        "generic",
-        "Iterates over the key names: SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]."
-    ),
+/// Every family's entries, in the order `COMMAND` lists them.
+const FAMILIES: &[&[CommandSpec]] = &[
+    connection::COMMANDS,
+    server::COMMANDS,
+    strings::COMMANDS,
+    expiry::COMMANDS,
+    keyspace::COMMANDS,
+    cell::COMMANDS,
+    limits::COMMANDS,
+    rules::COMMANDS,
+    cluster::COMMANDS,
+    transactions::COMMANDS,
+    scan::COMMANDS,
 ];
+
+const COUNT: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < FAMILIES.len() {
+        n += FAMILIES[i].len();
+        i += 1;
+    }
+    n
+};
+
+/// Every command, in `COMMAND`'s order.
+pub static COMMANDS: &[CommandSpec] = &ALL;
+
+static ALL: [CommandSpec; COUNT] = {
+    let mut out = [FAMILIES[0][0]; COUNT];
+    let (mut n, mut f) = (0, 0);
+    while f < FAMILIES.len() {
+        let mut i = 0;
+        while i < FAMILIES[f].len() {
+            out[n] = FAMILIES[f][i];
+            n += 1;
+            i += 1;
+        }
+        f += 1;
+    }
+    out
+};
+
+/// Subcommands of container commands that CLIENT LIST shows as `cmd=container|sub`, and
+/// COMMAND LIST lists after the commands.
+pub static SUBCOMMANDS: &[&str] = &[
+    "client|id",
+    "client|setname",
+    "client|getname",
+    "client|setinfo",
+    "client|info",
+    "client|list",
+    "client|kill",
+    "client|no-evict",
+    "client|no-touch",
+    "client|help",
+    "config|get",
+    "config|set",
+    "config|resetstat",
+    "config|help",
+    "command|count",
+    "command|list",
+    "command|info",
+    "command|docs",
+    "command|getkeys",
+    "command|help",
+    "cluster|info",
+    "cluster|nodes",
+    "cluster|slots",
+    "cluster|shards",
+    "cluster|myid",
+    "cluster|keyslot",
+];
+
+/// What a container command's subcommand is remembered by: its index in `SUBCOMMANDS` plus
+/// one, or 0 when it is not one of them.
+pub fn subcommand(container: &str, sub: &str) -> usize {
+    SUBCOMMANDS
+        .iter()
+        .position(|full| {
+            full.split_once('|')
+                .is_some_and(|(cont, s)| cont == container && s.eq_ignore_ascii_case(sub))
+        })
+        .map_or(0, |i| i + 1)
+}
 
 /// Finds a command by its name, in any case.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
@@ -778,11 +289,7 @@ pub fn write_info(w: &mut ReplyWriter, c: &CommandSpec) {
         w.map(3);
         w.bulk(b"flags");
         w.array(1);
-        w.simple(if c.flags.contains(&"readonly") {
-            "RO"
-        } else {
-            "RW"
-        });
+        w.simple(if c.is_readonly() { "RO" } else { "RW" });
         w.bulk(b"begin_search");
         w.map(2);
         w.kv_str("type", "index");
@@ -838,5 +345,32 @@ mod tests {
         assert_eq!(index_of(b"nosuchcommand"), None);
         assert_eq!(index_of(b""), None);
         assert_eq!(index_of(&[b'g'; 100]), None);
+    }
+
+    #[test]
+    fn typed_flags_name_the_commands_the_server_treats_apart() {
+        let with = |f: Flags| -> Vec<&str> {
+            COMMANDS
+                .iter()
+                .filter(|c| c.props.contains(f))
+                .map(|c| c.name)
+                .collect()
+        };
+        assert_eq!(with(Flags::NO_AUTH), ["hello", "auth", "quit", "reset"]);
+        assert_eq!(
+            with(Flags::BARRIER),
+            [
+                "hello", "auth", "select", "quit", "reset", "dbsize", "flushall", "flushdb",
+                "keys", "scan"
+            ]
+        );
+        for c in COMMANDS.iter() {
+            assert_eq!(c.props.contains(Flags::WRITE), c.flags.contains(&"write"));
+            assert_eq!(
+                c.props.contains(Flags::READONLY),
+                c.flags.contains(&"readonly")
+            );
+            assert_eq!(c.is_no_auth(), c.flags.contains(&"no_auth"));
+        }
     }
 }

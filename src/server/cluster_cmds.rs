@@ -11,7 +11,8 @@
 use crate::cluster::node::Cluster;
 use crate::cluster::spec::{NodeSpec, redis_id};
 use crate::cluster::typ::{GroupId, NodeId};
-use crate::protocol::{ArgError, Args, ReplyWriter};
+use crate::cmd::cluster::ClusterView;
+use crate::protocol::ReplyWriter;
 
 /// The group's serving leader as this node sees it; while none is known, the first replica
 /// (other than this node) that is up, so clients always get a full slot map and a wrong guess
@@ -46,19 +47,13 @@ fn write_node(w: &mut ReplyWriter, n: &NodeSpec) {
     w.map(0);
 }
 
-pub(super) fn run(
-    c: &Cluster,
-    sub: &str,
-    a: &mut Args,
-    w: &mut ReplyWriter,
-) -> Result<(), ArgError> {
-    match sub {
-        "MYID" => {
-            a.finish()?;
+/// Answers one of the subcommands that report this node's view of the cluster.
+pub(super) fn run(c: &Cluster, view: &ClusterView, w: &mut ReplyWriter) {
+    match view {
+        ClusterView::MyId => {
             w.bulk(redis_id(c.me).as_bytes());
         }
-        "SLOTS" => {
-            a.finish()?;
+        ClusterView::Slots => {
             w.array(c.spec.groups as usize);
             for g in 0..c.spec.groups {
                 let (lo, hi) = c.spec.group_slots(g);
@@ -71,8 +66,7 @@ pub(super) fn run(
                 }
             }
         }
-        "SHARDS" => {
-            a.finish()?;
+        ClusterView::Shards => {
             w.array(c.spec.groups as usize);
             for g in 0..c.spec.groups {
                 let (lo, hi) = c.spec.group_slots(g);
@@ -97,8 +91,7 @@ pub(super) fn run(
                 }
             }
         }
-        "NODES" => {
-            a.finish()?;
+        ClusterView::Nodes => {
             let mut text = String::new();
             for n in &c.spec.nodes {
                 let up = c.is_up(n.id);
@@ -136,8 +129,7 @@ pub(super) fn run(
             }
             w.verbatim(&text);
         }
-        "INFO" => {
-            a.finish()?;
+        ClusterView::Info => {
             let led = (0..c.spec.groups)
                 .filter(|&g| c.serving_leader(g).is_some())
                 .count();
@@ -168,14 +160,5 @@ pub(super) fn run(
             );
             w.verbatim(&text);
         }
-        "COUNTKEYSINSLOT" | "GETKEYSINSLOT" => {
-            return Err(ArgError::Msg(format!("ERR CLUSTER {sub} is not supported")));
-        }
-        other => {
-            return Err(ArgError::Msg(format!(
-                "ERR unknown subcommand '{other}'. Try CLUSTER HELP."
-            )));
-        }
     }
-    Ok(())
 }

@@ -19,8 +19,8 @@
 
 use super::{ClientInfo, Node};
 use crate::cmd::keyed::{KeyCmd, Reply};
-use crate::cmd::{self, ParseError, Parsed, table};
-use crate::protocol::{Args, ReplyWriter, Request, RequestParser, encode};
+use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
+use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser, encode};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
@@ -103,7 +103,7 @@ struct Txn {
 
 enum TxnItem {
     Key(KeyCmd),
-    Node(&'static table::CommandSpec, Args),
+    Node(&'static table::CommandSpec, Result<NodeCmd, ArgError>),
 }
 
 /// One client connection.
@@ -344,7 +344,7 @@ impl Conn {
                 break;
             }
             let is_exec = req.name().eq_ignore_ascii_case(b"exec");
-            if !self.authed && !is_no_auth(req.name()) {
+            if !self.authed && !table::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
                 self.refuse(is_exec, "NOAUTH Authentication required.");
                 continue;
             }
@@ -398,9 +398,9 @@ impl Conn {
     async fn node_cmd(
         &mut self,
         spec: &'static table::CommandSpec,
-        args: Args,
+        args: Result<NodeCmd, ArgError>,
     ) -> Result<(), Stop> {
-        if is_barrier(spec.name) {
+        if spec.is_barrier() {
             self.flush().await?;
             let mut buf = std::mem::take(&mut self.round.local);
             let res = self.node_command(spec, args, &mut buf).await;
@@ -702,34 +702,11 @@ impl Conn {
     async fn node_command(
         &mut self,
         spec: &'static table::CommandSpec,
-        args: Args,
+        args: Result<NodeCmd, ArgError>,
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
         super::node_cmds::run(self, spec, args, buf).await
     }
-}
-
-fn is_no_auth(name: &[u8]) -> bool {
-    ["auth", "hello", "quit", "reset"]
-        .iter()
-        .any(|n| n.as_bytes().eq_ignore_ascii_case(name))
-}
-
-/// Commands that must see every earlier reply written before they run.
-fn is_barrier(name: &str) -> bool {
-    matches!(
-        name,
-        "hello"
-            | "auth"
-            | "quit"
-            | "reset"
-            | "dbsize"
-            | "flushall"
-            | "flushdb"
-            | "keys"
-            | "scan"
-            | "select"
-    )
 }
 
 const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";

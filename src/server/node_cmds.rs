@@ -1,25 +1,33 @@
-//! Commands the node answers itself: connection state, server information, and operations
-//! over every shard.
+//! Runs the commands the node answers itself (connection state, server information,
+//! operations over every shard), once `cmd` has parsed them into a `NodeCmd`.
 
 use super::{Conn, REDIS_COMPAT_VERSION, info, lock};
+use crate::cmd::NodeCmd;
+use crate::cmd::cluster::{ClusterCmd, ClusterSub};
+use crate::cmd::connection::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
 use crate::cmd::keyed::{KeyCmd, Reply};
-use crate::cmd::resolve_spec;
-use crate::cmd::table::{self, COMMANDS, CommandSpec};
-use crate::protocol::{ArgError, Args, ReplyWriter};
+use crate::cmd::rules::RuleCmd;
+use crate::cmd::scan::ScanCmd;
+use crate::cmd::server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
+use crate::cmd::table::{self, COMMANDS, CommandSpec, SUBCOMMANDS};
+use crate::protocol::{ArgError, ReplyWriter};
 use crate::shard::{ShardGone, ShardMsg};
-use crate::slot::key_slot;
 use crate::store::SCAN_POSITION_BITS;
 use std::sync::atomic::Ordering;
 
 const NO_CLUSTER: &str = "ERR This instance has cluster support disabled";
 
+/// Runs a parsed node command, or answers why its arguments were refused.
 pub(super) async fn run(
     c: &mut Conn,
     spec: &'static CommandSpec,
-    mut a: Args,
+    cmd: Result<NodeCmd, ArgError>,
     buf: &mut Vec<u8>,
 ) -> Result<(), ShardGone> {
-    let res = dispatch(c, spec, &mut a, buf).await;
+    let res = match cmd {
+        Ok(cmd) => dispatch(c, spec, cmd, buf).await,
+        Err(e) => Err(Failure::Arg(e)),
+    };
     match res {
         Ok(()) => Ok(()),
         Err(Failure::Arg(e)) => {
@@ -54,45 +62,51 @@ fn msg(m: impl Into<String>) -> Failure {
 async fn dispatch(
     c: &mut Conn,
     spec: &'static CommandSpec,
-    a: &mut Args,
+    cmd: NodeCmd,
     buf: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    match spec.name {
-        "ping" => {
-            let arg = a.next_opt();
-            a.finish().map_err(|_| a.arity_error())?;
+    match cmd {
+        NodeCmd::Connection(cmd) => connection(c, cmd, buf)?,
+        NodeCmd::Server(cmd) => server(c, cmd, buf).await?,
+        NodeCmd::Scan(cmd) => scan(c, cmd, buf).await?,
+        NodeCmd::Rule(cmd) => rule(c, cmd, buf)?,
+        NodeCmd::Cluster(cmd) => cluster(c, cmd, buf)?,
+        NodeCmd::Transaction => {
+            return Err(msg(format!(
+                "ERR command '{}' is not available here",
+                spec.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Records the subcommand a container command ran, for CLIENT LIST's `cmd=`.
+fn note_subcommand(c: &Conn, sub: usize) {
+    c.info.last_sub.store(sub, Ordering::Relaxed);
+}
+
+fn connection(c: &mut Conn, cmd: ConnectionCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ConnectionCmd::Ping(arg) => {
             let mut w = ReplyWriter::new(buf, c.resp3);
             match arg {
                 Some(m) => w.bulk(&m),
                 None => w.simple("PONG"),
             }
         }
-        "echo" => {
-            let m = a.next_bytes()?;
-            ReplyWriter::new(buf, c.resp3).bulk(&m);
-        }
-        "hello" => hello(c, a, buf)?,
-        "auth" => {
-            let (user, pass) = match a.remaining() {
-                1 => (None, a.next_bytes()?),
-                2 => (Some(a.next_bytes()?), a.next_bytes()?),
-                _ => return Err(ArgError::Syntax.into()),
-            };
+        ConnectionCmd::Echo(m) => ReplyWriter::new(buf, c.resp3).bulk(&m),
+        ConnectionCmd::Hello(h) => hello(c, h, buf)?,
+        ConnectionCmd::Auth { user, pass } => {
             authenticate(c, user.as_deref(), &pass)?;
             ReplyWriter::new(buf, c.resp3).ok();
         }
-        "select" => {
-            let db = a.next_i64()?;
-            if db != 0 {
-                return Err(msg("ERR DB index is out of range"));
-            }
-            ReplyWriter::new(buf, c.resp3).ok();
-        }
-        "quit" => {
+        ConnectionCmd::Select => ReplyWriter::new(buf, c.resp3).ok(),
+        ConnectionCmd::Quit => {
             ReplyWriter::new(buf, c.resp3).ok();
             c.quit = true;
         }
-        "reset" => {
+        ConnectionCmd::Reset => {
             set_resp3(c, false);
             c.authed = !c.node.live.needs_auth();
             {
@@ -101,95 +115,10 @@ async fn dispatch(
             }
             ReplyWriter::new(buf, c.resp3).simple("RESET");
         }
-        "client" => client(c, a, buf)?,
-        "command" => command(c, a, buf)?,
-        "info" => {
-            let sections: Vec<String> = a
-                .rest()
-                .iter()
-                .map(|s| String::from_utf8_lossy(s).to_ascii_lowercase())
-                .collect();
-            let text = info::render(&c.node, &sections);
-            ReplyWriter::new(buf, c.resp3).verbatim(&text);
+        ConnectionCmd::Client { sub, cmd } => {
+            note_subcommand(c, sub);
+            client(c, cmd?, buf)?;
         }
-        "config" => config(c, a, buf).await?,
-        "scan" => scan(c, a, buf).await?,
-        "dbsize" => {
-            let total: i64 = c
-                .all_shards(|| KeyCmd::DbSize)
-                .await?
-                .iter()
-                .filter_map(Reply::as_int)
-                .sum();
-            ReplyWriter::new(buf, c.resp3).int(total);
-        }
-        "flushall" | "flushdb" => {
-            if let Some(mode) = a.next_opt() {
-                let m = mode.to_ascii_uppercase();
-                if m != b"ASYNC" && m != b"SYNC" {
-                    return Err(ArgError::Syntax.into());
-                }
-            }
-            a.finish()?;
-            if c.node.cluster().is_some() {
-                // Keys are replicated state: clearing this node's copies behind Raft's back
-                // would make the replicas disagree.
-                return Err(msg(
-                    "ERR FLUSHALL is not supported in cluster mode; remove keys with DEL or BK.RESET",
-                ));
-            }
-            c.all_shards(|| KeyCmd::FlushAll).await?;
-            ReplyWriter::new(buf, c.resp3).ok();
-        }
-        "time" => {
-            let now = c.node.clock.now_ns();
-            let mut w = ReplyWriter::new(buf, c.resp3);
-            w.array(2);
-            w.bulk((now / 1_000_000_000).to_string().as_bytes());
-            w.bulk(((now % 1_000_000_000) / 1000).to_string().as_bytes());
-        }
-        "keys" => {
-            let pattern = a.next_bytes()?;
-            let replies = c.all_shards(|| KeyCmd::Keys(pattern.clone())).await?;
-            let mut all = Vec::new();
-            for r in replies {
-                if let Reply::Array(items) = r {
-                    all.extend(items);
-                }
-            }
-            super::encode(&mut ReplyWriter::new(buf, c.resp3), &Reply::Array(all));
-        }
-        "bk.rule" => rule(c, a, buf)?,
-        "cluster" => {
-            let sub = a.next_keyword()?;
-            note_subcommand(c, "cluster", &sub);
-            match sub.as_str() {
-                "KEYSLOT" => {
-                    let key = a.next_bytes()?;
-                    a.finish()?;
-                    ReplyWriter::new(buf, c.resp3).int(i64::from(key_slot(&key)));
-                }
-                _ => match c.node.cluster() {
-                    Some(cl) => {
-                        let cl = cl.clone();
-                        super::cluster_cmds::run(
-                            &cl,
-                            &sub,
-                            a,
-                            &mut ReplyWriter::new(buf, c.resp3),
-                        )?;
-                    }
-                    None => return Err(msg(NO_CLUSTER)),
-                },
-            }
-        }
-        "readonly" | "readwrite" | "asking" => {
-            if c.node.cluster().is_none() {
-                return Err(msg(NO_CLUSTER));
-            }
-            ReplyWriter::new(buf, c.resp3).ok();
-        }
-        other => return Err(msg(format!("ERR command '{other}' is not available here"))),
     }
     Ok(())
 }
@@ -233,42 +162,22 @@ fn authenticate(c: &mut Conn, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Fa
     }
 }
 
-fn hello(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let mut proto = None;
-    if a.remaining() > 0 {
-        let v = a
-            .next_i64()
-            .map_err(|_| msg("ERR Protocol version is not an integer or out of range"))?;
-        if v != 2 && v != 3 {
-            return Err(msg("NOPROTO unsupported protocol version"));
-        }
-        proto = Some(v);
+fn hello(c: &mut Conn, h: Hello, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    for (user, pass) in &h.auth {
+        authenticate(c, Some(user), pass)?;
     }
-    let mut setname = None;
-    while a.remaining() > 0 {
-        match a.next_keyword()?.as_str() {
-            "AUTH" => {
-                let user = a.next_bytes().map_err(|_| ArgError::Syntax)?;
-                let pass = a.next_bytes().map_err(|_| ArgError::Syntax)?;
-                authenticate(c, Some(&user), &pass)?;
-            }
-            "SETNAME" => {
-                let n = a.next_string().map_err(|_| ArgError::Syntax)?;
-                check_name(&n)?;
-                setname = Some(n);
-            }
-            _ => return Err(ArgError::Syntax.into()),
-        }
+    if let Some(e) = h.refused {
+        return Err(e.into());
     }
     if !c.authed {
         return Err(msg(
             "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
         ));
     }
-    if let Some(p) = proto {
+    if let Some(p) = h.proto {
         set_resp3(c, p == 3);
     }
-    if let Some(n) = setname {
+    if let Some(n) = h.setname {
         lock(&c.info.meta).name = n;
     }
     let mut w = ReplyWriter::new(buf, c.resp3);
@@ -288,15 +197,6 @@ fn hello(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
     w.kv_str("role", "master");
     w.bulk(b"modules");
     w.array(0);
-    Ok(())
-}
-
-fn check_name(n: &str) -> Result<(), Failure> {
-    if n.bytes().any(|b| !(b'!'..=b'~').contains(&b)) {
-        return Err(msg(
-            "ERR Client names cannot contain spaces, newlines or special characters.",
-        ));
-    }
     Ok(())
 }
 
@@ -326,47 +226,6 @@ impl super::ClientInfo {
             notified.await;
         }
     }
-}
-
-/// Subcommands of container commands that CLIENT LIST shows as `cmd=container|sub`.
-const SUBCOMMANDS: &[&str] = &[
-    "client|id",
-    "client|setname",
-    "client|getname",
-    "client|setinfo",
-    "client|info",
-    "client|list",
-    "client|kill",
-    "client|no-evict",
-    "client|no-touch",
-    "client|help",
-    "config|get",
-    "config|set",
-    "config|resetstat",
-    "config|help",
-    "command|count",
-    "command|list",
-    "command|info",
-    "command|docs",
-    "command|getkeys",
-    "command|help",
-    "cluster|info",
-    "cluster|nodes",
-    "cluster|slots",
-    "cluster|shards",
-    "cluster|myid",
-    "cluster|keyslot",
-];
-
-/// Records the subcommand a container command ran, for CLIENT LIST's `cmd=`.
-fn note_subcommand(c: &Conn, container: &str, sub: &str) {
-    let idx = SUBCOMMANDS.iter().position(|full| {
-        full.split_once('|')
-            .is_some_and(|(cont, s)| cont == container && s.eq_ignore_ascii_case(sub))
-    });
-    c.info
-        .last_sub
-        .store(idx.map_or(0, |i| i + 1), Ordering::Relaxed);
 }
 
 /// The `cmd=` of a client other than the caller: its last command, with the subcommand when
@@ -416,47 +275,16 @@ fn client_line(c: &Conn, info: &super::ClientInfo, cmd: Option<&str>) -> String 
     )
 }
 
-/// Client types of CLIENT LIST / CLIENT KILL TYPE; every bucketd client is `normal`.
-fn client_type_matches(t: &[u8]) -> Result<bool, Failure> {
-    let t = String::from_utf8_lossy(t);
-    match t.to_ascii_lowercase().as_str() {
-        "normal" => Ok(true),
-        "master" | "replica" | "slave" | "pubsub" => Ok(false),
-        _ => Err(msg(format!("ERR Unknown client type '{t}'"))),
-    }
-}
-
-fn client(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let given = a.next_string()?;
-    let sub = given.to_ascii_uppercase();
-    note_subcommand(c, "client", &sub);
-    let wrong = |sub: &str| {
-        msg(format!(
-            "ERR wrong number of arguments for 'client|{}' command",
-            sub.to_ascii_lowercase()
-        ))
-    };
-    let exact = |a: &Args, n: usize| {
-        if a.remaining() == n {
-            Ok(())
-        } else {
-            Err(wrong(&sub))
-        }
-    };
-    match sub.as_str() {
-        "ID" => {
-            exact(a, 0)?;
+fn client(c: &mut Conn, cmd: ClientCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ClientCmd::Id => {
             ReplyWriter::new(buf, c.resp3).int(i64::try_from(c.info.id).unwrap_or(i64::MAX));
         }
-        "SETNAME" => {
-            exact(a, 1)?;
-            let n = a.next_string()?;
-            check_name(&n)?;
+        ClientCmd::SetName(n) => {
             lock(&c.info.meta).name = n;
             ReplyWriter::new(buf, c.resp3).ok();
         }
-        "GETNAME" => {
-            exact(a, 0)?;
+        ClientCmd::GetName => {
             let n = lock(&c.info.meta).name.clone();
             let mut w = ReplyWriter::new(buf, c.resp3);
             if n.is_empty() {
@@ -465,60 +293,33 @@ fn client(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> 
                 w.bulk(n.as_bytes())
             }
         }
-        "SETINFO" => {
-            exact(a, 2)?;
-            let attr = a.next_keyword()?;
-            let v = a.next_string()?;
-            if v.bytes().any(|b| !(b'!'..=b'~').contains(&b)) {
-                return Err(msg(format!(
-                    "ERR {attr} cannot contain spaces, newlines or special characters."
-                )));
-            }
+        ClientCmd::SetInfo { attr, value } => {
             let mut m = lock(&c.info.meta);
-            match attr.as_str() {
-                "LIB-NAME" => m.lib_name = v,
-                "LIB-VER" => m.lib_ver = v,
-                _ => return Err(msg(format!("ERR Unrecognized option '{attr}'"))),
+            match attr {
+                LibAttr::Name => m.lib_name = value,
+                LibAttr::Ver => m.lib_ver = value,
             }
             drop(m);
             ReplyWriter::new(buf, c.resp3).ok();
         }
-        "INFO" => {
-            exact(a, 0)?;
+        ClientCmd::Info => {
             let line = client_line(c, &c.info, Some("client|info"));
             ReplyWriter::new(buf, c.resp3).verbatim(&line);
         }
-        "LIST" => {
-            let rest = a.rest();
+        ClientCmd::List(which) => {
             let all: Vec<_> = lock(&c.node.clients)
                 .values()
                 .filter(|i| !i.is_killed())
                 .cloned()
                 .collect();
-            let chosen: Vec<_> = match rest.first() {
-                None => all,
-                Some(k) if rest.len() == 2 && k.eq_ignore_ascii_case(b"TYPE") => {
-                    if client_type_matches(&rest[1])? {
-                        all
-                    } else {
-                        Vec::new()
-                    }
-                }
-                Some(k) if rest.len() >= 2 && k.eq_ignore_ascii_case(b"ID") => {
-                    // In the order asked, as Redis answers.
-                    let mut out = Vec::new();
-                    for id in &rest[1..] {
-                        let id = crate::protocol::args::parse_i64(id)
-                            .ok_or_else(|| msg("ERR Invalid client ID"))?;
-                        out.extend(
-                            all.iter()
-                                .filter(|i| i64::try_from(i.id) == Ok(id))
-                                .cloned(),
-                        );
-                    }
-                    out
-                }
-                Some(_) => return Err(ArgError::Syntax.into()),
+            let chosen: Vec<_> = match which {
+                ClientList::All => all,
+                ClientList::None => Vec::new(),
+                ClientList::Ids(ids) => ids
+                    .iter()
+                    .flat_map(|&id| all.iter().filter(move |i| i64::try_from(i.id) == Ok(id)))
+                    .cloned()
+                    .collect(),
             };
             let text: String = chosen
                 .iter()
@@ -529,17 +330,9 @@ fn client(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> 
                 .collect();
             ReplyWriter::new(buf, c.resp3).verbatim(&text);
         }
-        "KILL" => client_kill(c, a, buf)?,
-        "NO-EVICT" | "NO-TOUCH" => {
-            exact(a, 1)?;
-            let v = a.next_keyword()?;
-            if v != "ON" && v != "OFF" {
-                return Err(ArgError::Syntax.into());
-            }
-            ReplyWriter::new(buf, c.resp3).ok();
-        }
-        "HELP" => {
-            exact(a, 0)?;
+        ClientCmd::Kill(k) => client_kill(c, k, buf)?,
+        ClientCmd::Accepted => ReplyWriter::new(buf, c.resp3).ok(),
+        ClientCmd::Help => {
             let lines = [
                 "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 "GETNAME",
@@ -583,62 +376,21 @@ fn client(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> 
             ];
             write_help(&mut ReplyWriter::new(buf, c.resp3), &lines);
         }
-        _ => {
-            return Err(msg(format!(
-                "ERR unknown subcommand '{given}'. Try CLIENT HELP."
-            )));
-        }
     }
     Ok(())
 }
 
 /// CLIENT KILL, old form (`addr`, replies OK or an error, may kill the caller) and new form
 /// (filters, replies how many were killed, skips the caller unless SKIPME no), as Redis 7.0.
-fn client_kill(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let rest = a.rest();
-    let old_form = rest.len() == 1;
-    let (mut id, mut addr, mut laddr, mut skipme) = (None, None, None, !old_form);
-    let mut type_ok = true;
-    if old_form {
-        addr = Some(rest[0].clone());
-    } else if rest.is_empty() {
-        return Err(msg(
-            "ERR wrong number of arguments for 'client|kill' command",
-        ));
-    } else {
-        let mut i = 0;
-        while i < rest.len() {
-            let (opt, Some(val)) = (&rest[i], rest.get(i + 1)) else {
-                return Err(ArgError::Syntax.into());
-            };
-            match opt.to_ascii_uppercase().as_slice() {
-                b"ID" => {
-                    let v = crate::protocol::args::parse_i64(val)
-                        .filter(|&v| v >= 1)
-                        .ok_or_else(|| msg("ERR client-id should be greater than 0"))?;
-                    id = Some(v.unsigned_abs());
-                }
-                b"TYPE" => type_ok = client_type_matches(val)?,
-                b"ADDR" => addr = Some(val.clone()),
-                b"LADDR" => laddr = Some(val.clone()),
-                b"USER" => {
-                    if val.as_ref() != b"default" {
-                        return Err(msg(format!(
-                            "ERR No such user '{}'",
-                            String::from_utf8_lossy(val)
-                        )));
-                    }
-                }
-                b"SKIPME" => match val.to_ascii_uppercase().as_slice() {
-                    b"YES" => skipme = true,
-                    b"NO" => skipme = false,
-                    _ => return Err(ArgError::Syntax.into()),
-                },
-                _ => return Err(ArgError::Syntax.into()),
-            }
-            i += 2;
-        }
-    }
+fn client_kill(c: &mut Conn, k: ClientKill, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let ClientKill {
+        old_form,
+        id,
+        addr,
+        laddr,
+        skipme,
+        type_ok,
+    } = k;
     let mut killed = 0i64;
     let mut close_self = false;
     if type_ok {
@@ -681,52 +433,90 @@ fn client_kill(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Fail
     Ok(())
 }
 
-fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    if a.remaining() == 0 {
-        let mut w = ReplyWriter::new(buf, c.resp3);
-        w.array(COMMANDS.len());
-        for cmd in COMMANDS {
-            table::write_info(&mut w, cmd);
+async fn server(c: &mut Conn, cmd: ServerCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ServerCmd::Command(cmd) => command(c, cmd, buf)?,
+        ServerCmd::Info(sections) => {
+            let text = info::render(&c.node, &sections);
+            ReplyWriter::new(buf, c.resp3).verbatim(&text);
         }
-        return Ok(());
-    }
-    let sub = a.next_keyword()?;
-    note_subcommand(c, "command", &sub);
-    let mut w = ReplyWriter::new(buf, c.resp3);
-    match sub.as_str() {
-        "COUNT" => {
-            if a.remaining() > 0 {
+        ServerCmd::Config { sub, cmd } => {
+            note_subcommand(c, sub);
+            config(c, cmd?, buf).await?;
+        }
+        ServerCmd::DbSize => {
+            let total: i64 = c
+                .all_shards(|| KeyCmd::DbSize)
+                .await?
+                .iter()
+                .filter_map(Reply::as_int)
+                .sum();
+            ReplyWriter::new(buf, c.resp3).int(total);
+        }
+        ServerCmd::Flush => {
+            if c.node.cluster().is_some() {
+                // Keys are replicated state: clearing this node's copies behind Raft's back
+                // would make the replicas disagree.
                 return Err(msg(
-                    "ERR wrong number of arguments for 'command|count' command",
+                    "ERR FLUSHALL is not supported in cluster mode; remove keys with DEL or BK.RESET",
                 ));
             }
-            w.int(COMMANDS.len() as i64)
+            c.all_shards(|| KeyCmd::FlushAll).await?;
+            ReplyWriter::new(buf, c.resp3).ok();
         }
-        "LIST" => {
-            let rest = a.rest();
-            let filter = match rest.as_slice() {
-                [] => None,
-                [by, kind, arg] if by.eq_ignore_ascii_case(b"FILTERBY") => {
-                    match kind.to_ascii_uppercase().as_slice() {
-                        b"MODULE" | b"ACLCAT" | b"PATTERN" => {
-                            Some((kind.to_ascii_uppercase(), arg.clone()))
-                        }
-                        _ => return Err(ArgError::Syntax.into()),
-                    }
+        ServerCmd::Time => {
+            let now = c.node.clock.now_ns();
+            let mut w = ReplyWriter::new(buf, c.resp3);
+            w.array(2);
+            w.bulk((now / 1_000_000_000).to_string().as_bytes());
+            w.bulk(((now % 1_000_000_000) / 1000).to_string().as_bytes());
+        }
+        ServerCmd::Keys(pattern) => {
+            let replies = c.all_shards(|| KeyCmd::Keys(pattern.clone())).await?;
+            let mut all = Vec::new();
+            for r in replies {
+                if let Reply::Array(items) = r {
+                    all.extend(items);
                 }
-                _ => return Err(ArgError::Syntax.into()),
-            };
+            }
+            super::encode(&mut ReplyWriter::new(buf, c.resp3), &Reply::Array(all));
+        }
+    }
+    Ok(())
+}
+
+fn command(c: &mut Conn, cmd: CommandCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let cmd = match cmd {
+        CommandCmd::All => {
+            let mut w = ReplyWriter::new(buf, c.resp3);
+            w.array(COMMANDS.len());
+            for cmd in COMMANDS {
+                table::write_info(&mut w, cmd);
+            }
+            return Ok(());
+        }
+        CommandCmd::Sub { sub, cmd } => {
+            note_subcommand(c, sub);
+            cmd?
+        }
+    };
+    let mut w = ReplyWriter::new(buf, c.resp3);
+    match cmd {
+        CommandSub::Count => w.int(COMMANDS.len() as i64),
+        CommandSub::List(filter) => {
             let listed: Vec<&CommandSpec> = COMMANDS
                 .iter()
                 .filter(|cmd| match &filter {
                     None => true,
                     // bucketd loads no modules.
-                    Some((kind, _)) if kind.as_slice() == b"MODULE" => false,
-                    Some((kind, cat)) if kind.as_slice() == b"ACLCAT" => cmd.acl.iter().any(|c| {
+                    Some(ListFilter::Module) => false,
+                    Some(ListFilter::AclCat(cat)) => cmd.acl.iter().any(|c| {
                         c.strip_prefix('@')
                             .is_some_and(|c| c.as_bytes().eq_ignore_ascii_case(cat))
                     }),
-                    Some((_, pattern)) => crate::glob::matches_nocase(pattern, cmd.name.as_bytes()),
+                    Some(ListFilter::Pattern(pattern)) => {
+                        crate::glob::matches_nocase(pattern, cmd.name.as_bytes())
+                    }
                 })
                 .collect();
             // Subcommands are listed as `container|sub`, as Redis lists them; they have no
@@ -736,7 +526,7 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
                 .copied()
                 .filter(|full| match &filter {
                     None => true,
-                    Some((kind, pattern)) if kind.as_slice() == b"PATTERN" => {
+                    Some(ListFilter::Pattern(pattern)) => {
                         crate::glob::matches_nocase(pattern, full.as_bytes())
                     }
                     Some(_) => false,
@@ -750,8 +540,7 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
                 w.bulk(full.as_bytes());
             }
         }
-        "INFO" => {
-            let names = a.rest();
+        CommandSub::Info(names) => {
             if names.is_empty() {
                 w.array(COMMANDS.len());
                 for cmd in COMMANDS {
@@ -767,8 +556,7 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
                 }
             }
         }
-        "DOCS" => {
-            let names = a.rest();
+        CommandSub::Docs(names) => {
             let found: Vec<&CommandSpec> = if names.is_empty() {
                 COMMANDS.iter().collect()
             } else {
@@ -779,47 +567,13 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
                 table::write_docs(&mut w, cmd);
             }
         }
-        "GETKEYS" => {
-            let args = a.rest();
-            let Some(cmd) = args.first().and_then(|n| table::lookup(n)) else {
-                return Err(msg("ERR Invalid command specified"));
-            };
-            if !table::arity_ok(cmd, args.len()) {
-                return Err(msg("ERR Invalid number of arguments specified for command"));
-            }
-            if cmd.name == "bk.checkall" {
-                // Its keys are counted by its numkeys argument, like EVAL's.
-                let n = args
-                    .get(1)
-                    .and_then(|b| crate::protocol::args::parse_i64(b))
-                    .and_then(|n| usize::try_from(n).ok())
-                    .filter(|&n| n >= 1 && 2 + n <= args.len())
-                    .ok_or_else(|| msg("ERR Invalid arguments specified for command"))?;
-                w.array(n);
-                for k in &args[2..2 + n] {
-                    w.bulk(k);
-                }
-                return Ok(());
-            }
-            if cmd.first_key <= 0 {
-                return Err(msg("ERR The command has no key arguments"));
-            }
-            let first = cmd.first_key as usize;
-            let last = if cmd.last_key < 0 {
-                (args.len() as i64 + cmd.last_key) as usize
-            } else {
-                cmd.last_key as usize
-            };
-            let keys: Vec<_> = (first..=last.min(args.len() - 1))
-                .step_by(cmd.step.max(1) as usize)
-                .map(|i| args[i].clone())
-                .collect();
+        CommandSub::GetKeys(keys) => {
             w.array(keys.len());
             for k in keys {
                 w.bulk(&k);
             }
         }
-        "HELP" => {
+        CommandSub::Help => {
             let lines = [
                 "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 "(no subcommand)",
@@ -846,26 +600,13 @@ fn command(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure>
             ];
             write_help(&mut w, &lines);
         }
-        other => {
-            return Err(msg(format!(
-                "ERR unknown subcommand '{other}'. Try COMMAND HELP."
-            )));
-        }
     }
     Ok(())
 }
 
-async fn config(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let sub = a.next_keyword()?;
-    note_subcommand(c, "config", &sub);
-    match sub.as_str() {
-        "GET" => {
-            let patterns = a.rest();
-            if patterns.is_empty() {
-                return Err(msg(
-                    "ERR wrong number of arguments for 'config|get' command",
-                ));
-            }
+async fn config(c: &mut Conn, cmd: ConfigCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ConfigCmd::Get(patterns) => {
             let hits = super::live::config_get(&c.node, &patterns);
             let mut w = ReplyWriter::new(buf, c.resp3);
             w.map(hits.len());
@@ -873,32 +614,14 @@ async fn config(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Fai
                 w.kv_str(&k, &v);
             }
         }
-        "SET" => {
-            let rest = a.rest();
-            if rest.len() < 2 {
-                return Err(msg(
-                    "ERR wrong number of arguments for 'config|set' command",
-                ));
-            }
-            if !rest.len().is_multiple_of(2) {
-                return Err(ArgError::Syntax.into());
-            }
-            let pairs: Vec<_> = rest
-                .chunks_exact(2)
-                .map(|p| (p[0].clone(), p[1].clone()))
-                .collect();
+        ConfigCmd::Set(pairs) => {
             let applied = super::live::config_set(&c.node, &pairs).map_err(msg)?;
             if applied.caps_switched {
                 sync_caps(c).await?;
             }
             ReplyWriter::new(buf, c.resp3).ok();
         }
-        "RESETSTAT" => {
-            if a.remaining() > 0 {
-                return Err(msg(
-                    "ERR wrong number of arguments for 'config|resetstat' command",
-                ));
-            }
+        ConfigCmd::ResetStat => {
             for s in &c.node.shards {
                 s.stats.errors.reset();
             }
@@ -908,7 +631,7 @@ async fn config(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Fai
             st.protocol_errors.store(0, Ordering::Relaxed);
             ReplyWriter::new(buf, c.resp3).ok();
         }
-        "HELP" => {
+        ConfigCmd::Help => {
             let lines = [
                 "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 "GET <pattern>",
@@ -921,11 +644,6 @@ async fn config(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Fai
                 "    Prints this help.",
             ];
             write_help(&mut ReplyWriter::new(buf, c.resp3), &lines);
-        }
-        other => {
-            return Err(msg(format!(
-                "ERR unknown subcommand '{other}'. Try CONFIG HELP."
-            )));
         }
     }
     Ok(())
@@ -953,53 +671,16 @@ async fn sync_caps(c: &mut Conn) -> Result<(), Failure> {
 /// Bits of a SCAN cursor above the store's scan position: they name the shard.
 const CURSOR_SHARD_SHIFT: u32 = SCAN_POSITION_BITS;
 
-/// A SCAN cursor as Redis 7.0 reads one (`strtoul`): an optional sign (a minus wraps), then
-/// decimal digits; an empty string is 0; spaces, other characters and overflow are refused.
-fn parse_cursor(b: &[u8]) -> Option<u64> {
-    let (neg, digits) = match b.first() {
-        None => return Some(0),
-        Some(b'-') => (true, &b[1..]),
-        Some(b'+') => (false, &b[1..]),
-        Some(_) => (false, b),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let v = digits.iter().try_fold(0u64, |acc, d| {
-        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })?;
-    Some(if neg { v.wrapping_neg() } else { v })
-}
-
-/// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. The cursor holds the shard in its top
-/// bits and the shard store's scan position below, so scanning walks the shards in order and
-/// each shard's keys in the order of their hash; see `Store::scan` for the guarantee.
-async fn scan(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let cursor = parse_cursor(&a.next_bytes()?).ok_or_else(|| msg("ERR invalid cursor"))?;
-    let mut count: u64 = 10;
-    let (mut pattern, mut type_name) = (None, None);
-    while a.remaining() > 0 {
-        if a.remaining() < 2 {
-            return Err(ArgError::Syntax.into());
-        }
-        let opt = a.next_keyword()?;
-        match opt.as_str() {
-            "COUNT" => {
-                let n = a.next_i64()?;
-                count = u64::try_from(n)
-                    .ok()
-                    .filter(|&n| n >= 1)
-                    .ok_or(ArgError::Syntax)?;
-            }
-            "MATCH" => {
-                let p = a.next_bytes()?;
-                // "*" matches everything: skip the matching.
-                pattern = (p.as_ref() != b"*").then_some(p);
-            }
-            "TYPE" => type_name = Some(a.next_bytes()?),
-            _ => return Err(ArgError::Syntax.into()),
-        }
-    }
+/// SCAN: the cursor holds the shard in its top bits and the shard store's scan position below,
+/// so scanning walks the shards in order and each shard's keys in the order of their hash; see
+/// `Store::scan` for the guarantee.
+async fn scan(c: &mut Conn, cmd: ScanCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let ScanCmd {
+        cursor,
+        count,
+        pattern,
+        type_name,
+    } = cmd;
     let n = c.node.shards.len();
     let mut shard = usize::try_from(cursor >> CURSOR_SHARD_SHIFT).unwrap_or(usize::MAX);
     let mut from = cursor & ((1u64 << CURSOR_SHARD_SHIFT) - 1);
@@ -1043,37 +724,22 @@ async fn scan(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failu
     Ok(())
 }
 
-fn rule(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let sub = a.next_keyword()?;
+fn rule(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     let rules = &c.node.rules;
     let mut w = ReplyWriter::new(buf, c.resp3);
-    match sub.as_str() {
-        "SET" => {
-            let name = a.next_string()?;
-            let spec = a.next_bytes()?;
-            a.finish()?;
-            if !spec.contains(&b'/') {
-                return Err(msg("ERR a rule needs an inline spec such as 100/1m"));
-            }
-            let r = resolve_spec(&spec, &crate::rules::RuleSet::default())?;
-            rules.set(&name, r).map_err(|e| msg(format!("ERR {e}")))?;
+    match cmd {
+        RuleCmd::Set { name, rule } => {
+            rules
+                .set(&name, rule)
+                .map_err(|e| msg(format!("ERR {e}")))?;
             w.ok();
         }
-        "GET" => {
-            let name = a.next_string()?;
-            a.finish()?;
-            match rules.load().get(&name) {
-                Some(r) => w.bulk(r.to_string().as_bytes()),
-                None => w.null(),
-            }
-        }
-        "DEL" => {
-            let name = a.next_string()?;
-            a.finish()?;
-            w.int(i64::from(rules.remove(&name)));
-        }
-        "LIST" => {
-            a.finish()?;
+        RuleCmd::Get(name) => match rules.load().get(&name) {
+            Some(r) => w.bulk(r.to_string().as_bytes()),
+            None => w.null(),
+        },
+        RuleCmd::Del(name) => w.int(i64::from(rules.remove(&name))),
+        RuleCmd::List => {
             let set = rules.load();
             let sorted = set.sorted();
             w.map(sorted.len());
@@ -1081,17 +747,36 @@ fn rule(c: &mut Conn, a: &mut Args, buf: &mut Vec<u8>) -> Result<(), Failure> {
                 w.kv_str(name, &r.to_string());
             }
         }
-        "RELOAD" => {
-            a.finish()?;
+        RuleCmd::Reload => {
             let n = rules
                 .reload()
                 .map_err(|e| msg(format!("ERR rules not reloaded, previous rules kept: {e}")))?;
             w.int(n as i64);
         }
-        other => {
-            return Err(msg(format!(
-                "ERR unknown subcommand '{other}' for BK.RULE: use SET, GET, DEL, LIST or RELOAD"
-            )));
+    }
+    Ok(())
+}
+
+fn cluster(c: &mut Conn, cmd: ClusterCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ClusterCmd::Cluster { sub, cmd } => {
+            note_subcommand(c, sub);
+            match cmd? {
+                ClusterSub::KeySlot(slot) => ReplyWriter::new(buf, c.resp3).int(i64::from(slot)),
+                ClusterSub::View(view) => match c.node.cluster() {
+                    Some(cl) => {
+                        let cl = cl.clone();
+                        super::cluster_cmds::run(&cl, &view?, &mut ReplyWriter::new(buf, c.resp3));
+                    }
+                    None => return Err(msg(NO_CLUSTER)),
+                },
+            }
+        }
+        ClusterCmd::Accepted => {
+            if c.node.cluster().is_none() {
+                return Err(msg(NO_CLUSTER));
+            }
+            ReplyWriter::new(buf, c.resp3).ok();
         }
     }
     Ok(())

@@ -1,0 +1,89 @@
+//! Commands on keys of any type: TYPE, DEL, UNLINK, EXISTS. Their entries, how their
+//! arguments parse, and how a shard runs them.
+
+use super::keyed::{KeyCmd, Reply};
+use super::table::{CommandSpec, Parser, command};
+use super::{MultiCmd, ParseError, Parsed};
+use crate::protocol::Args;
+use crate::rules::RuleSet;
+use crate::store::{Store, Value};
+use bytes::Bytes;
+use std::borrow::Cow;
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    command! {
+        name: "type",
+        arity: 2,
+        flags: ["readonly", "fast"],
+        keys: (1, 1, 1),
+        acl: ["@keyspace", "@read", "@fast"],
+        group: "generic",
+        summary: "Returns the type of value stored at a key.",
+        parse: Parser::Key(parse_type),
+    },
+    command! {
+        name: "del",
+        arity: -2,
+        flags: ["write"],
+        keys: (1, -1, 1),
+        acl: ["@keyspace", "@write", "@slow"],
+        group: "generic",
+        summary: "Deletes keys.",
+        parse: Parser::Key(parse_del),
+    },
+    command! {
+        name: "unlink",
+        arity: -2,
+        flags: ["write", "fast"],
+        keys: (1, -1, 1),
+        acl: ["@keyspace", "@write", "@fast"],
+        group: "generic",
+        summary: "Deletes keys.",
+        parse: Parser::Key(parse_del),
+    },
+    command! {
+        name: "exists",
+        arity: -2,
+        flags: ["readonly", "fast"],
+        keys: (1, -1, 1),
+        acl: ["@keyspace", "@read", "@fast"],
+        group: "generic",
+        summary: "Counts how many of the given keys exist.",
+        parse: Parser::Key(parse_exists),
+    },
+];
+
+/// TYPE key
+fn parse_type(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    let k = a.next_bytes()?;
+    Ok(Parsed::Keyed {
+        route: k.clone(),
+        cmd: KeyCmd::Type(k),
+    })
+}
+
+/// DEL key [key ...], UNLINK key [key ...] (and BK.RESET, which is DEL for buckets)
+pub(super) fn parse_del(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    Ok(Parsed::Multi(MultiCmd::Del(a.rest())))
+}
+
+/// EXISTS key [key ...]
+fn parse_exists(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    Ok(Parsed::Multi(MultiCmd::Exists(a.rest())))
+}
+
+pub(super) fn type_of(store: &Store, key: &[u8], now: u64) -> Reply {
+    Reply::Simple(Cow::Borrowed(match store.get(key, now).map(|e| e.value) {
+        None => "none",
+        Some(Value::Bucket(_)) => "bucket",
+        Some(_) => "string",
+    }))
+}
+
+pub(super) fn del(store: &mut Store, keys: &[Bytes], now: u64) -> Reply {
+    Reply::Int(keys.iter().filter(|k| store.remove(k, now)).count() as i64)
+}
+
+pub(super) fn exists(store: &Store, keys: &[Bytes], now: u64) -> Reply {
+    Reply::Int(keys.iter().filter(|k| store.get(k, now).is_some()).count() as i64)
+}

@@ -1,0 +1,64 @@
+//! Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH. The connection runs them, since a
+//! transaction is connection state; their entries parse into `NodeCmd::Transaction`, and the
+//! connection tells them apart by name.
+
+use super::NodeCmd;
+use super::table::{CommandSpec, Parser, command};
+use crate::protocol::{ArgError, Args};
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    command! {
+        name: "multi",
+        arity: 1,
+        flags: ["noscript", "loading", "stale", "fast", "allow_busy"],
+        keys: (0, 0, 0),
+        acl: ["@fast", "@transaction"],
+        group: "transactions",
+        summary: "Starts a transaction: later commands are queued until EXEC.",
+        parse: Parser::Node(parse_transaction),
+    },
+    command! {
+        name: "exec",
+        arity: 1,
+        flags: ["noscript", "loading", "stale", "skip_slowlog"],
+        keys: (0, 0, 0),
+        acl: ["@slow", "@transaction"],
+        group: "transactions",
+        summary: "Runs the queued commands atomically on the shard that owns their slot.",
+        parse: Parser::Node(parse_transaction),
+    },
+    command! {
+        name: "discard",
+        arity: 1,
+        flags: ["noscript", "loading", "stale", "fast", "allow_busy"],
+        keys: (0, 0, 0),
+        acl: ["@fast", "@transaction"],
+        group: "transactions",
+        summary: "Drops the queued commands.",
+        parse: Parser::Node(parse_transaction),
+    },
+    command! {
+        name: "watch",
+        arity: -2,
+        flags: ["noscript", "loading", "stale", "fast", "allow_busy"],
+        keys: (1, -1, 1),
+        acl: ["@fast", "@transaction"],
+        group: "transactions",
+        summary: "Not supported: transactions on one slot are already atomic.",
+        parse: Parser::Node(parse_transaction),
+    },
+    command! {
+        name: "unwatch",
+        arity: 1,
+        flags: ["noscript", "loading", "stale", "fast", "allow_busy"],
+        keys: (0, 0, 0),
+        acl: ["@fast", "@transaction"],
+        group: "transactions",
+        summary: "Forgets watched keys (none are ever watched).",
+        parse: Parser::Node(parse_transaction),
+    },
+];
+
+fn parse_transaction(_: &mut Args) -> Result<NodeCmd, ArgError> {
+    Ok(NodeCmd::Transaction)
+}
