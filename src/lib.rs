@@ -19,3 +19,4 @@ pub mod server;
 pub mod shard;
 pub mod slot;
 pub mod store;
+pub(crate) mod sync;
