@@ -5,11 +5,7 @@
 //! one by how much of it still overlaps the last period. Sliding arithmetic runs in u128 so that
 //! `start + 2 * period` and `count * period` never overflow.
 
-use crate::limiter::{Decision, Rule, State};
-
-fn clamp(x: u128) -> u64 {
-    u64::try_from(x).unwrap_or(u64::MAX)
-}
+use crate::limiter::{Decision, Rule, State, clamp_to_u64};
 
 /// Decision for a fixed window stored as `(start, count)`, and the state to store if allowed.
 pub(crate) fn check_fixed(
@@ -166,27 +162,29 @@ pub(crate) fn check_sliding(
     let mut decision = Decision {
         allowed: true,
         limit: rule.limit,
-        remaining: clamp(limit.saturating_sub(estimate)),
+        remaining: clamp_to_u64(limit.saturating_sub(estimate)),
         retry_after_ns: None,
-        reset_after_ns: w.empty_at().map_or(0, |at| clamp(at.saturating_sub(now_w))),
+        reset_after_ns: w
+            .empty_at()
+            .map_or(0, |at| clamp_to_u64(at.saturating_sub(now_w))),
     };
     if cost == 0 {
         return (decision, None);
     }
     if estimate.saturating_add(cost_w) <= limit {
         let cur = w.cur + cost_w;
-        decision.remaining = clamp(limit - estimate - cost_w);
-        decision.reset_after_ns = clamp((w.start + 2 * w.period).saturating_sub(now_w));
+        decision.remaining = clamp_to_u64(limit - estimate - cost_w);
+        decision.reset_after_ns = clamp_to_u64((w.start + 2 * w.period).saturating_sub(now_w));
         let state = State::Sliding {
-            start: clamp(w.start),
-            prev: clamp(w.prev),
-            cur: clamp(cur),
+            start: clamp_to_u64(w.start),
+            prev: clamp_to_u64(w.prev),
+            cur: clamp_to_u64(cur),
         };
         (decision, Some(state))
     } else {
         decision.allowed = false;
         decision.retry_after_ns =
-            (cost_w <= limit).then(|| clamp(w.fits_at(limit, cost_w).saturating_sub(now_w)));
+            (cost_w <= limit).then(|| clamp_to_u64(w.fits_at(limit, cost_w).saturating_sub(now_w)));
         (decision, None)
     }
 }
@@ -205,9 +203,9 @@ pub(crate) fn refund_sliding(
     let cur = w.cur - from_cur;
     let prev = w.prev.saturating_sub(cost - from_cur);
     (cur > 0 || prev > 0).then(|| State::Sliding {
-        start: clamp(w.start),
-        prev: clamp(prev),
-        cur: clamp(cur),
+        start: clamp_to_u64(w.start),
+        prev: clamp_to_u64(prev),
+        cur: clamp_to_u64(cur),
     })
 }
 
@@ -221,7 +219,7 @@ pub(crate) fn sliding_expiry(rule: &Rule, start: u64, prev: u64, cur: u64) -> u6
     } else {
         start
     };
-    clamp(at)
+    clamp_to_u64(at)
 }
 
 #[cfg(test)]
