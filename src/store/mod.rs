@@ -1,13 +1,20 @@
-//! The keyspace one shard owns: compact records in per-part arenas, found through a hash index,
-//! with expiry and memory accounting.
+//! The keyspace one shard owns: compact records in per-partition arenas, found through a hash
+//! index, with expiry and memory accounting. This file holds the `Store` API the shards call and
+//! its whole-keyspace operations (snapshot export and import, SCAN, clearing); the rest is in
+//! three parts:
+//!
+//! - `record`: a key's value and the packed record that holds it in an arena;
+//! - `table`: the partitions, key lookup and its entry handles, prefetch, and the expiry sweep;
+//! - `usage`: key and memory accounting against the node-wide caps.
 //!
 //! Memory follows active callers, so the per-key overhead is what matters: a GCRA bucket is a
 //! record of `key length (1 byte) + key + tag (1 byte) + 8-byte timestamp` packed into an arena,
 //! and the hash index holds only a 4-byte offset per key. Records that change size are appended
-//! and the old one is marked dead; the sweep compacts a part once half of it is dead.
+//! and the old one is marked dead; the sweep compacts a partition once half of it is dead.
 //!
-//! The table is split into parts by hash so that active expiry and compaction work on one small
-//! part at a time instead of stalling the shard. Only the shard thread touches a `Store`.
+//! The table is split into partitions by hash so that active expiry and compaction work on one
+//! small partition at a time instead of stalling the shard. Only the shard thread touches a
+//! `Store`.
 
 mod record;
 mod table;
@@ -19,10 +26,10 @@ pub use usage::{Caps, StoreFull, Usage};
 
 use record::{is_expired, key_of, view};
 use std::sync::Arc;
-use table::{PARTS, Part};
+use table::{PARTITIONS, Partition};
 
 pub struct Store {
-    parts: Vec<Part>,
+    partitions: Vec<Partition>,
     hasher: ahash::RandomState,
     pub usage: Usage,
     sweep_cursor: usize,
@@ -40,7 +47,7 @@ impl Store {
     /// A store that shares the node's caps with the other shards.
     pub fn with_caps(caps: Arc<Caps>) -> Store {
         Store {
-            parts: (0..PARTS).map(|_| Part::default()).collect(),
+            partitions: (0..PARTITIONS).map(|_| Partition::default()).collect(),
             // Fixed seeds keep the layout reproducible across runs.
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,
@@ -78,8 +85,8 @@ impl Store {
     }
 
     pub fn clear(&mut self) {
-        for p in &mut self.parts {
-            *p = Part::default();
+        for p in &mut self.partitions {
+            *p = Partition::default();
         }
         if self.usage.counted {
             self.usage.caps.release(self.usage.keys, self.usage.bytes);
@@ -92,7 +99,7 @@ impl Store {
     /// Copies out every live key that `keep` selects (snapshots of a slot range).
     pub fn export(&self, now: u64, keep: impl Fn(&[u8]) -> bool) -> Vec<Record> {
         let mut out = Vec::new();
-        for p in &self.parts {
+        for p in &self.partitions {
             for &o in p.index.iter() {
                 let v = view(&p.arena, o as usize);
                 let key = key_of(&p.arena, o as usize);
@@ -146,7 +153,7 @@ impl Store {
 
     /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).
     pub fn for_each_key(&self, now: u64, mut f: impl FnMut(&[u8])) {
-        for p in &self.parts {
+        for p in &self.partitions {
             for &o in p.index.iter() {
                 if !is_expired(view(&p.arena, o as usize).expires_at, now) {
                     f(key_of(&p.arena, o as usize));
@@ -169,11 +176,11 @@ impl Store {
     /// key's hash, each step covers a contiguous range of positions starting at `from`, and
     /// keys that share a position are always returned by the same step.
     ///
-    /// Cost: each step walks (and hashes the keys of) the part it resumes in, plus whole parts
-    /// holding fewer than `count` keys. A step that stops inside a part of P keys takes at least
-    /// P/8 of them, so a full scan walks each part at most about 9 times: O(keys) overall
-    /// whatever `count` is, at the price of steps that return up to P/8 keys when `count` is
-    /// smaller.
+    /// Cost: each step walks (and hashes the keys of) the partition it resumes in, plus whole
+    /// partitions holding fewer than `count` keys. A step that stops inside a partition of P
+    /// keys takes at least P/8 of them, so a full scan walks each partition at most about 9
+    /// times: O(keys) overall whatever `count` is, at the price of steps that return up to P/8
+    /// keys when `count` is smaller.
     pub fn scan(
         &self,
         from: u64,
@@ -182,10 +189,11 @@ impl Store {
         mut f: impl FnMut(&[u8], Value<'_>),
     ) -> ScanStep {
         let mut examined = 0usize;
-        let first = usize::try_from(from >> (SCAN_POSITION_BITS - PART_BITS)).unwrap_or(PARTS);
+        let first =
+            usize::try_from(from >> (SCAN_POSITION_BITS - PARTITION_BITS)).unwrap_or(PARTITIONS);
         let mut candidates: Vec<(u64, u32)> = Vec::new();
-        for p in first..PARTS {
-            let part = &self.parts[p];
+        for p in first..PARTITIONS {
+            let part = &self.partitions[p];
             candidates.clear();
             candidates.extend(part.index.iter().filter_map(|&o| {
                 let pos = self.scan_position(key_of(&part.arena, o as usize));
@@ -209,8 +217,8 @@ impl Store {
                     f(key_of(&part.arena, o as usize), v.value);
                 }
             }
-            let next_part =
-                (p + 1 < PARTS).then(|| ((p + 1) as u64) << (SCAN_POSITION_BITS - PART_BITS));
+            let next_part = (p + 1 < PARTITIONS)
+                .then(|| ((p + 1) as u64) << (SCAN_POSITION_BITS - PARTITION_BITS));
             let next = resume.or(next_part);
             if resume.is_some() || examined >= count {
                 return ScanStep { next, examined };
@@ -223,7 +231,7 @@ impl Store {
     }
 
     /// Where SCAN finds `key`: the top `SCAN_POSITION_BITS` bits of its hash, so positions
-    /// run through the parts in order.
+    /// run through the partitions in order.
     fn scan_position(&self, key: &[u8]) -> u64 {
         self.hash(key) >> (64 - SCAN_POSITION_BITS)
     }
@@ -231,8 +239,8 @@ impl Store {
 
 /// Bits of a scan position; the rest of a 64-bit SCAN cursor is left to name the shard.
 pub const SCAN_POSITION_BITS: u32 = 54;
-/// Bits of the hash that choose the part (`PARTS` is 2^PART_BITS).
-const PART_BITS: u32 = PARTS.trailing_zeros();
+/// Bits of the hash that choose the partition (`PARTITIONS` is 2^PARTITION_BITS).
+const PARTITION_BITS: u32 = PARTITIONS.trailing_zeros();
 
 /// What one `Store::scan` step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,7 +366,7 @@ mod tests {
                     for i in churn.saturating_sub(120)..churn.saturating_sub(60) {
                         s.remove(format!("new:{count}:{i}").as_bytes(), 0);
                     }
-                    s.sweep(0, Store::parts());
+                    s.sweep(0, Store::partitions());
                 }
             });
             let seen: std::collections::HashSet<_> = seen.into_iter().collect();
@@ -411,7 +419,7 @@ mod tests {
         assert!(s.get(b"c", 55).is_none());
         assert!(matches!(s.slot(b"c", 55), Slot::Empty(_)));
         assert_eq!(s.usage.expires, 1);
-        s.sweep(70, Store::parts());
+        s.sweep(70, Store::partitions());
         assert_eq!(s.usage.expires, 0);
         put(&mut s, b"e", Value::Int(1), 1_000, 0).unwrap();
         s.clear();

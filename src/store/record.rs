@@ -74,7 +74,7 @@ pub(super) fn rd32(a: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b)
 }
 
-/// Where a record's parts are.
+/// Where a packed record's key and tag are.
 pub(super) struct Layout {
     pub(super) key_start: usize,
     pub(super) key_len: usize,

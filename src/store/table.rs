@@ -11,8 +11,8 @@ use super::usage::{StoreFull, Usage};
 use hashbrown::HashTable;
 use hashbrown::hash_table::OccupiedEntry;
 
-/// Number of parts the table is split into (a power of two).
-pub(super) const PARTS: usize = 64;
+/// Number of partitions the table is split into (a power of two).
+pub(super) const PARTITIONS: usize = 64;
 
 /// Index slot and control byte per key, as counted in `Usage::bytes`.
 const INDEX_COST: usize = std::mem::size_of::<u32>() + 1;
@@ -30,28 +30,29 @@ fn prefetch_read(p: *const u8) {
     let _ = p;
 }
 
-/// One part of the keyspace: an arena of records and the index into it.
+/// One partition of the keyspace: an arena of records and the index into it.
 #[derive(Default)]
-pub(super) struct Part {
+pub(super) struct Partition {
     pub(super) index: HashTable<u32>,
     pub(super) arena: Vec<u8>,
     /// Bytes of dead records in the arena.
     dead: usize,
     /// Expiry bookkeeping for the sweep.
-    timing: PartTiming,
+    timing: SweepTiming,
 }
 
-/// When a part is worth sweeping: keys that never expire cost nothing, and a part where keys
-/// only trickle out is not walked on every pass.
+/// When a partition is worth sweeping: keys that never expire cost nothing, and a partition
+/// where keys only trickle out is not walked on every pass.
 #[derive(Default)]
-struct PartTiming {
-    /// No key of the part expires before this (0: none has an expiry). May be early, never late.
+struct SweepTiming {
+    /// No key of the partition expires before this (0: none has an expiry). May be early, never
+    /// late.
     next_expiry: u64,
-    /// Do not walk the part again before this time, unless nothing has been swept for long.
+    /// Do not walk the partition again before this time, unless nothing has been swept for long.
     cooldown_until: u64,
 }
 
-impl PartTiming {
+impl SweepTiming {
     fn note(&mut self, expires_at: u64) {
         if expires_at != 0 && (self.next_expiry == 0 || expires_at < self.next_expiry) {
             self.next_expiry = expires_at;
@@ -59,12 +60,12 @@ impl PartTiming {
     }
 }
 
-/// After a walk that removed only this fraction of a part (1 in N), the part rests.
+/// After a walk that removed only this fraction of a partition (1 in N), the partition rests.
 const TRICKLE: usize = 64;
-/// How long a part rests after a walk that removed little, in ns.
+/// How long a partition rests after a walk that removed little, in ns.
 const REST_NS: u64 = 1_000_000_000;
 
-impl Part {
+impl Partition {
     /// Rewrites the arena without dead records once they are half of it.
     fn maybe_compact(&mut self) {
         if self.dead < 4096 || self.dead * 2 < self.arena.len() {
@@ -84,8 +85,8 @@ impl Part {
     }
 }
 
-/// Keys per part whose TTL the sweep samples for INFO's `avg_ttl`.
-const TTL_SAMPLES_PER_PART: usize = 16;
+/// Keys per partition whose TTL the sweep samples for INFO's `avg_ttl`.
+const TTL_SAMPLES_PER_PARTITION: usize = 16;
 
 /// A key's place in the table, after lazy expiry: either a live entry or a vacancy.
 pub enum Slot<'a> {
@@ -97,7 +98,7 @@ pub struct LiveEntry<'a> {
     entry: OccupiedEntry<'a, u32>,
     arena: &'a mut Vec<u8>,
     dead: &'a mut usize,
-    timing: &'a mut PartTiming,
+    timing: &'a mut SweepTiming,
     usage: &'a mut Usage,
     scratch: &'a mut Vec<u8>,
 }
@@ -105,7 +106,7 @@ pub struct LiveEntry<'a> {
 pub struct EmptySlot<'a> {
     index: &'a mut HashTable<u32>,
     arena: &'a mut Vec<u8>,
-    timing: &'a mut PartTiming,
+    timing: &'a mut SweepTiming,
     hasher: &'a ahash::RandomState,
     usage: &'a mut Usage,
     scratch: &'a mut Vec<u8>,
@@ -211,8 +212,8 @@ impl Store {
         self.hasher.hash_one(key)
     }
 
-    fn part_of(hash: u64) -> usize {
-        (hash >> 58) as usize & (PARTS - 1)
+    fn partition_of(hash: u64) -> usize {
+        (hash >> 58) as usize & (PARTITIONS - 1)
     }
 
     /// Starts loading what a lookup of `key` will touch (its index entries and the records
@@ -221,7 +222,7 @@ impl Store {
     /// one after another.
     pub fn prefetch(&self, key: &[u8]) {
         let hash = self.hash(key);
-        let part = &self.parts[Self::part_of(hash)];
+        let part = &self.partitions[Self::partition_of(hash)];
         // The probe reads the index's control bytes (the first miss); each candidate's record
         // is only asked for, not compared, so nothing waits on it.
         let _ = part.index.find(hash, |&o| {
@@ -236,18 +237,18 @@ impl Store {
     pub fn slot<'a>(&'a mut self, key: &'a [u8], now: u64) -> Slot<'a> {
         let hash = self.hash(key);
         let Store {
-            parts,
+            partitions,
             hasher,
             usage,
             scratch,
             ..
         } = self;
-        let Part {
+        let Partition {
             index,
             arena,
             dead,
             timing,
-        } = &mut parts[Self::part_of(hash)];
+        } = &mut partitions[Self::partition_of(hash)];
         match index.find_entry(hash, |&o| key_of(arena, o as usize) == key) {
             Ok(occ) => {
                 let off = *occ.get() as usize;
@@ -293,7 +294,7 @@ impl Store {
     /// Reads `key` without changing anything (an expired key reads as absent).
     pub fn get(&self, key: &[u8], now: u64) -> Option<EntryView<'_>> {
         let hash = self.hash(key);
-        let part = &self.parts[Self::part_of(hash)];
+        let part = &self.partitions[Self::partition_of(hash)];
         let off = *part
             .index
             .find(hash, |&o| key_of(&part.arena, o as usize) == key)?;
@@ -301,20 +302,20 @@ impl Store {
         (!is_expired(v.expires_at, now)).then_some(v)
     }
 
-    /// Removes expired entries from the next `parts` parts of the table, compacting and
+    /// Removes expired entries from the next `partitions` partitions of the table, compacting and
     /// shrinking them as they empty; returns how many entries were removed.
-    pub fn sweep(&mut self, now: u64, parts: usize) -> usize {
+    pub fn sweep(&mut self, now: u64, partitions: usize) -> usize {
         let mut removed = 0;
-        for _ in 0..parts.min(PARTS) {
+        for _ in 0..partitions.min(PARTITIONS) {
             let idx = self.sweep_cursor;
-            self.sweep_cursor = (self.sweep_cursor + 1) % PARTS;
+            self.sweep_cursor = (self.sweep_cursor + 1) % PARTITIONS;
             let usage = &mut self.usage;
-            let part = &mut self.parts[idx];
+            let part = &mut self.partitions[idx];
             let t = &part.timing;
             let due = t.next_expiry != 0 && t.next_expiry <= now && t.cooldown_until <= now;
             if due {
                 usage.sweep_walks += 1;
-                let Part {
+                let Partition {
                     index,
                     arena,
                     dead,
@@ -346,7 +347,7 @@ impl Store {
                     0
                 };
             }
-            for &o in part.index.iter().take(TTL_SAMPLES_PER_PART) {
+            for &o in part.index.iter().take(TTL_SAMPLES_PER_PARTITION) {
                 let exp = view(&part.arena, o as usize).expires_at;
                 if exp > now {
                     self.ttl_sample.0 += u128::from(exp - now);
@@ -354,7 +355,7 @@ impl Store {
                 }
             }
             if self.sweep_cursor == 0 {
-                // A full round of the parts: publish its sample and start the next.
+                // A full round of the partitions: publish its sample and start the next.
                 let (sum, n) = std::mem::take(&mut self.ttl_sample);
                 self.usage.avg_ttl_ms = sum
                     .checked_div(u128::from(n))
@@ -363,7 +364,7 @@ impl Store {
             if part.index.is_empty() {
                 if part.arena.capacity() > 0 {
                     // Give everything back, not just the records.
-                    *part = Part::default();
+                    *part = Partition::default();
                 }
                 continue;
             }
@@ -380,9 +381,9 @@ impl Store {
         removed
     }
 
-    /// Number of parts; a full sweep visits each once.
-    pub const fn parts() -> usize {
-        PARTS
+    /// Number of partitions; a full sweep visits each once.
+    pub const fn partitions() -> usize {
+        PARTITIONS
     }
 }
 
@@ -407,10 +408,10 @@ mod tests {
         }
         put(&mut s, b"forever", Value::Int(1), 0, 0).unwrap();
         assert!(s.get(&7u32.to_be_bytes(), 100).is_none());
-        assert_eq!(s.sweep(100, Store::parts()), 20_000);
+        assert_eq!(s.sweep(100, Store::partitions()), 20_000);
         assert_eq!(s.len(), 1);
         assert!(s.get(b"forever", 1 << 60).is_some());
-        let arena: usize = s.parts.iter().map(|p| p.arena.capacity()).sum();
+        let arena: usize = s.partitions.iter().map(|p| p.arena.capacity()).sum();
         assert!(arena < 1024, "arenas not released: {arena}");
     }
 
@@ -429,7 +430,7 @@ mod tests {
                 };
                 put(&mut s, &i.to_le_bytes(), v, 1_000_000, 0).unwrap();
             }
-            s.sweep(0, Store::parts());
+            s.sweep(0, Store::partitions());
         }
         for i in 0..20_000u32 {
             let e = s.get(&i.to_le_bytes(), 0).unwrap();
@@ -442,17 +443,17 @@ mod tests {
             );
         }
         // Live records are 30 bytes each; without compaction eight rounds would leave ~7x that.
-        let arena: usize = s.parts.iter().map(|p| p.arena.len()).sum();
+        let arena: usize = s.partitions.iter().map(|p| p.arena.len()).sum();
         assert!(arena < 20_000 * 30 * 3, "dead space not reclaimed: {arena}");
     }
 
     #[test]
-    fn sweep_walks_only_parts_with_something_due() {
+    fn sweep_walks_only_partitions_with_something_due() {
         let mut s = Store::new(0, 0);
         for i in 0..10_000u32 {
             put(&mut s, &i.to_be_bytes(), Value::Int(1), 0, 0).unwrap();
         }
-        s.sweep(1_000, Store::parts());
+        s.sweep(1_000, Store::partitions());
         assert_eq!(
             s.usage.sweep_walks, 0,
             "keys without expiry are never walked"
@@ -461,12 +462,15 @@ mod tests {
             let exp = if i == 7 { 500 } else { 1_000_000_000_000 };
             put(&mut s, &(i + 100_000).to_be_bytes(), Value::Int(1), exp, 0).unwrap();
         }
-        s.sweep(100, Store::parts());
+        s.sweep(100, Store::partitions());
         assert_eq!(s.usage.sweep_walks, 0, "nothing is due yet");
-        assert_eq!(s.sweep(600, Store::parts()), 1);
-        assert_eq!(s.usage.sweep_walks, 1, "only the part holding the due key");
-        // One key trickling out rests its part; a full expiry is swept at once.
-        assert_eq!(s.sweep(1_000_000_000_001, Store::parts()), 9_999);
+        assert_eq!(s.sweep(600, Store::partitions()), 1);
+        assert_eq!(
+            s.usage.sweep_walks, 1,
+            "only the partition holding the due key"
+        );
+        // One key trickling out rests its partition; a full expiry is swept at once.
+        assert_eq!(s.sweep(1_000_000_000_001, Store::partitions()), 9_999);
         assert_eq!(s.len(), 10_000);
     }
 
@@ -477,7 +481,7 @@ mod tests {
             put(&mut s, &i.to_be_bytes(), Value::Int(1), 7_000_000_000, 0).unwrap();
         }
         put(&mut s, b"forever", Value::Int(1), 0, 0).unwrap();
-        s.sweep(2_000_000_000, Store::parts());
+        s.sweep(2_000_000_000, Store::partitions());
         assert_eq!(s.usage.avg_ttl_ms, 5_000);
     }
 }

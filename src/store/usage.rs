@@ -119,12 +119,12 @@ pub struct Usage {
     pub caps: Arc<Caps>,
     pub expired: u64,
     pub rejected_full: u64,
-    /// Parts the sweep has walked (a part with nothing due is skipped without a walk).
+    /// Partitions the sweep has walked (a partition with nothing due is skipped without a walk).
     pub sweep_walks: u64,
     /// Keys that have an expiry (buckets always do: they expire once refilled).
     pub expires: usize,
     /// Average time to live of keys with an expiry, in ms, sampled by the sweep over its last
-    /// full round of the parts (0 until one has completed).
+    /// full round of the partitions (0 until one has completed).
     pub avg_ttl_ms: u64,
     /// This store's usage is included in the caps' shared counters.
     pub(super) counted: bool,
