@@ -249,7 +249,7 @@ impl Store {
             dead,
             timing,
         } = &mut partitions[Self::partition_of(hash)];
-        match index.find_entry(hash, |&o| key_of(arena, o as usize) == key) {
+        let index = match index.find_entry(hash, |&o| key_of(arena, o as usize) == key) {
             Ok(occ) => {
                 let off = *occ.get() as usize;
                 if !is_expired(view(arena, off).expires_at, now) {
@@ -267,28 +267,20 @@ impl Store {
                 usage.remove(len + INDEX_COST);
                 usage.expires -= 1;
                 usage.expired += 1;
-                Slot::Empty(EmptySlot {
-                    index: vacant.into_table(),
-                    arena,
-                    timing,
-                    hasher,
-                    usage,
-                    scratch,
-                    hash,
-                    key,
-                })
+                vacant.into_table()
             }
-            Err(absent) => Slot::Empty(EmptySlot {
-                index: absent.into_table(),
-                arena,
-                timing,
-                hasher,
-                usage,
-                scratch,
-                hash,
-                key,
-            }),
-        }
+            Err(absent) => absent.into_table(),
+        };
+        Slot::Empty(EmptySlot {
+            index,
+            arena,
+            timing,
+            hasher,
+            usage,
+            scratch,
+            hash,
+            key,
+        })
     }
 
     /// Reads `key` without changing anything (an expired key reads as absent).
