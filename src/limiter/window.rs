@@ -607,6 +607,14 @@ mod tests {
             })
     }
 
+    /// A peek (cost 0) from `state` at `now`: always allowed, and it never proposes a state.
+    fn peek_at(r: &Rule, state: Option<State>, now: u64) -> Result<Decision, TestCaseError> {
+        let out = check(r, state, 0, now);
+        prop_assert!(out.decision.allowed);
+        prop_assert_eq!(out.new_state, None);
+        Ok(out.decision)
+    }
+
     /// Checks that hold for both windows, given the decision just made from `state` at `now`.
     fn common_checks(
         r: &Rule,
@@ -667,11 +675,9 @@ mod tests {
             for (advance, cost) in events {
                 now += advance;
                 // (c) Peek reports the model's figures and never proposes a state.
-                let peek = check(&r, state, 0, now);
-                prop_assert!(peek.decision.allowed);
-                prop_assert_eq!(peek.new_state, None);
-                prop_assert_eq!(peek.decision.remaining, r.limit.saturating_sub(model.estimate(now)));
-                prop_assert_eq!(peek.decision.reset_after_ns, model.first_empty(now));
+                let peek = peek_at(&r, state, now)?;
+                prop_assert_eq!(peek.remaining, r.limit.saturating_sub(model.estimate(now)));
+                prop_assert_eq!(peek.reset_after_ns, model.first_empty(now));
 
                 let out = check(&r, state, cost, now);
                 let fits = model.fits(now, cost);
@@ -687,7 +693,7 @@ mod tests {
                     let expected = (cost <= r.limit).then(|| model.first_fit(now, cost).unwrap());
                     prop_assert_eq!(out.decision.retry_after_ns, expected);
                 }
-                state = common_checks(&r, state, cost, now, peek.decision)?;
+                state = common_checks(&r, state, cost, now, peek)?;
             }
 
             // (a) Each aligned window admits at most the limit; a span of one period straddling a
@@ -708,14 +714,12 @@ mod tests {
             let mut now = start;
             for (advance, cost) in events {
                 now += advance;
-                let peek = check(&r, state, 0, now);
-                prop_assert!(peek.decision.allowed);
-                prop_assert_eq!(peek.new_state, None);
+                let peek = peek_at(&r, state, now)?;
                 let (used, left) = model
                     .current(now)
                     .map_or((0, 0), |(s, n)| (n, s + r.period_ns - now));
-                prop_assert_eq!(peek.decision.remaining, r.limit.saturating_sub(used));
-                prop_assert_eq!(peek.decision.reset_after_ns, left);
+                prop_assert_eq!(peek.remaining, r.limit.saturating_sub(used));
+                prop_assert_eq!(peek.reset_after_ns, left);
 
                 let out = check(&r, state, cost, now);
                 let fits = model.fits(now, cost);
@@ -729,7 +733,7 @@ mod tests {
                     let expected = (cost <= r.limit).then(|| model.first_fit(now, cost).unwrap());
                     prop_assert_eq!(out.decision.retry_after_ns, expected);
                 }
-                state = common_checks(&r, state, cost, now, peek.decision)?;
+                state = common_checks(&r, state, cost, now, peek)?;
             }
             // (a) No window admits more than the limit.
             for &(_, total) in &model.windows {
