@@ -25,7 +25,7 @@ pub enum Value<'a> {
     Str(&'a [u8]),
 }
 
-/// A value detached from the store, for snapshots.
+/// A value detached from the store, for snapshots. Part of [`Record`]'s encoding.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OwnedValue {
     Bucket(State),
@@ -33,7 +33,10 @@ pub enum OwnedValue {
     Str(Vec<u8>),
 }
 
-/// One key as it travels in a snapshot.
+/// One key detached from the store (name, value, expiry), as it travels in a snapshot.
+///
+/// Snapshots are bincode-encoded and written to disk, so this type and [`OwnedValue`] are an
+/// on-disk format: their fields, variants and order must keep their encoding.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
     pub key: Vec<u8>,
