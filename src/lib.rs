@@ -21,3 +21,4 @@ pub mod shard;
 pub mod shutdown;
 pub mod slot;
 pub mod store;
+pub(crate) mod sync;

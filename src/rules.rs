@@ -12,6 +12,7 @@
 //! ```
 
 use crate::limiter::{Rule, parse_spec};
+use crate::sync::lock;
 use ahash::AHashMap;
 use arc_swap::ArcSwap;
 use std::path::{Path, PathBuf};
@@ -137,7 +138,7 @@ impl RuleStore {
     }
 
     fn modify(&self, f: impl FnOnce(&mut RuleSet)) {
-        let _w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let _w = lock(&self.write);
         let mut next = RuleSet::clone(&self.current.load());
         f(&mut next);
         self.current.store(Arc::new(next));
@@ -163,7 +164,7 @@ impl RuleStore {
         let Some(path) = &self.file else {
             return Err("no rules file configured".into());
         };
-        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(&self.write);
         let text = read_file(path)?;
         let hash = content_hash(&text);
         w.pending = None;
@@ -186,7 +187,7 @@ impl RuleStore {
             return Ok(None);
         };
         let hash = content_hash(&text);
-        let mut w = self.write.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(&self.write);
         if w.applied == Some(hash) {
             w.pending = None;
             return Ok(None);

@@ -8,13 +8,14 @@
 //! gateway nothing per request.
 
 use super::Error;
+use crate::sync::lock;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, RedisError, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -46,11 +47,6 @@ pub(crate) struct Link {
     /// Bumped on every change of `state`, so waiters can sleep until the next one.
     changed: watch::Sender<u64>,
     next_id: AtomicU64,
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    // Every writer leaves the state whole, so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Link {

@@ -5,16 +5,12 @@
 //! `tat - now <= tau`. Arithmetic is widened to u128 so that `T * cost` and `tat + T * cost` can never
 //! overflow, whatever the inputs.
 
-use crate::limiter::{Decision, Rule, State};
+use crate::limiter::{Decision, Rule, State, clamp_to_u64};
 
 /// Emission interval and tolerance in nanoseconds.
 fn params(rule: &Rule) -> (u128, u128) {
     let interval = u128::from(rule.emission_interval());
     (interval, interval.saturating_mul(u128::from(rule.burst)))
-}
-
-fn clamp(x: u128) -> u64 {
-    u64::try_from(x).unwrap_or(u64::MAX)
 }
 
 /// Decision for `cost` units at `now` given the stored `tat`, and the state to store if allowed.
@@ -30,13 +26,13 @@ pub(crate) fn check(
     let start = tat.map_or(now_w, |t| u128::from(t).max(now_w));
     let debt = start - now_w;
     // After a rule change the stored debt may exceed the new capacity; that reads as empty.
-    let available = clamp(tau.saturating_sub(debt) / interval);
+    let available = clamp_to_u64(tau.saturating_sub(debt) / interval);
     let mut decision = Decision {
         allowed: true,
         limit: rule.burst,
         remaining: available,
         retry_after_ns: None,
-        reset_after_ns: clamp(debt),
+        reset_after_ns: clamp_to_u64(debt),
     };
     if cost == 0 {
         return (decision, None);
@@ -45,15 +41,15 @@ pub(crate) fn check(
     let new_tat = start.saturating_add(increment);
     let new_debt = new_tat - now_w;
     if new_debt <= tau {
-        decision.remaining = clamp((tau - new_debt) / interval);
-        decision.reset_after_ns = clamp(new_debt);
-        let tat = clamp(new_tat);
+        decision.remaining = clamp_to_u64((tau - new_debt) / interval);
+        decision.reset_after_ns = clamp_to_u64(new_debt);
+        let tat = clamp_to_u64(new_tat);
         (decision, Some(State::Gcra { tat }))
     } else {
         decision.allowed = false;
         // Waiting `new_debt - tau` lets exactly enough debt drain; a cost above the whole
         // capacity never fits, and saying so spares the client a pointless retry loop.
-        decision.retry_after_ns = (increment <= tau).then(|| clamp(new_debt - tau));
+        decision.retry_after_ns = (increment <= tau).then(|| clamp_to_u64(new_debt - tau));
         (decision, None)
     }
 }
@@ -63,7 +59,9 @@ pub(crate) fn check(
 pub(crate) fn refund(rule: &Rule, tat: u64, cost: u64, now: u64) -> Option<State> {
     let (interval, _) = params(rule);
     let back = u128::from(tat).saturating_sub(interval.saturating_mul(u128::from(cost)));
-    (back > u128::from(now)).then(|| State::Gcra { tat: clamp(back) })
+    (back > u128::from(now)).then(|| State::Gcra {
+        tat: clamp_to_u64(back),
+    })
 }
 
 #[cfg(test)]

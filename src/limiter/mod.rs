@@ -16,6 +16,13 @@ const NS_PER_US: u64 = 1_000;
 const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;
 
+/// Narrows a figure the kernels computed in u128 (so that no step can overflow) back to the u64
+/// they store and report, saturating: past `u64::MAX` ns is centuries away, as good as never.
+#[inline]
+pub(crate) fn clamp_to_u64(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
+}
+
 /// Which counting scheme a [`Rule`] uses.
 ///
 /// On-disk format: bincode-encoded into the Raft log and snapshots (golden bytes in tests/encoding.rs).

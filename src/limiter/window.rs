@@ -5,11 +5,7 @@
 //! one by how much of it still overlaps the last period. Sliding arithmetic runs in u128 so that
 //! `start + 2 * period` and `count * period` never overflow.
 
-use crate::limiter::{Decision, Rule, State};
-
-fn clamp(x: u128) -> u64 {
-    u64::try_from(x).unwrap_or(u64::MAX)
-}
+use crate::limiter::{Decision, Rule, State, clamp_to_u64};
 
 /// Decision for a fixed window stored as `(start, count)`, and the state to store if allowed.
 pub(crate) fn check_fixed(
@@ -166,27 +162,29 @@ pub(crate) fn check_sliding(
     let mut decision = Decision {
         allowed: true,
         limit: rule.limit,
-        remaining: clamp(limit.saturating_sub(estimate)),
+        remaining: clamp_to_u64(limit.saturating_sub(estimate)),
         retry_after_ns: None,
-        reset_after_ns: w.empty_at().map_or(0, |at| clamp(at.saturating_sub(now_w))),
+        reset_after_ns: w
+            .empty_at()
+            .map_or(0, |at| clamp_to_u64(at.saturating_sub(now_w))),
     };
     if cost == 0 {
         return (decision, None);
     }
     if estimate.saturating_add(cost_w) <= limit {
         let cur = w.cur + cost_w;
-        decision.remaining = clamp(limit - estimate - cost_w);
-        decision.reset_after_ns = clamp((w.start + 2 * w.period).saturating_sub(now_w));
+        decision.remaining = clamp_to_u64(limit - estimate - cost_w);
+        decision.reset_after_ns = clamp_to_u64((w.start + 2 * w.period).saturating_sub(now_w));
         let state = State::Sliding {
-            start: clamp(w.start),
-            prev: clamp(w.prev),
-            cur: clamp(cur),
+            start: clamp_to_u64(w.start),
+            prev: clamp_to_u64(w.prev),
+            cur: clamp_to_u64(cur),
         };
         (decision, Some(state))
     } else {
         decision.allowed = false;
         decision.retry_after_ns =
-            (cost_w <= limit).then(|| clamp(w.fits_at(limit, cost_w).saturating_sub(now_w)));
+            (cost_w <= limit).then(|| clamp_to_u64(w.fits_at(limit, cost_w).saturating_sub(now_w)));
         (decision, None)
     }
 }
@@ -205,9 +203,9 @@ pub(crate) fn refund_sliding(
     let cur = w.cur - from_cur;
     let prev = w.prev.saturating_sub(cost - from_cur);
     (cur > 0 || prev > 0).then(|| State::Sliding {
-        start: clamp(w.start),
-        prev: clamp(prev),
-        cur: clamp(cur),
+        start: clamp_to_u64(w.start),
+        prev: clamp_to_u64(prev),
+        cur: clamp_to_u64(cur),
     })
 }
 
@@ -221,7 +219,7 @@ pub(crate) fn sliding_expiry(rule: &Rule, start: u64, prev: u64, cur: u64) -> u6
     } else {
         start
     };
-    clamp(at)
+    clamp_to_u64(at)
 }
 
 #[cfg(test)]
@@ -609,6 +607,14 @@ mod tests {
             })
     }
 
+    /// A peek (cost 0) from `state` at `now`: always allowed, and it never proposes a state.
+    fn peek_at(r: &Rule, state: Option<State>, now: u64) -> Result<Decision, TestCaseError> {
+        let out = check(r, state, 0, now);
+        prop_assert!(out.decision.allowed);
+        prop_assert_eq!(out.new_state, None);
+        Ok(out.decision)
+    }
+
     /// Checks that hold for both windows, given the decision just made from `state` at `now`.
     fn common_checks(
         r: &Rule,
@@ -669,11 +675,9 @@ mod tests {
             for (advance, cost) in events {
                 now += advance;
                 // (c) Peek reports the model's figures and never proposes a state.
-                let peek = check(&r, state, 0, now);
-                prop_assert!(peek.decision.allowed);
-                prop_assert_eq!(peek.new_state, None);
-                prop_assert_eq!(peek.decision.remaining, r.limit.saturating_sub(model.estimate(now)));
-                prop_assert_eq!(peek.decision.reset_after_ns, model.first_empty(now));
+                let peek = peek_at(&r, state, now)?;
+                prop_assert_eq!(peek.remaining, r.limit.saturating_sub(model.estimate(now)));
+                prop_assert_eq!(peek.reset_after_ns, model.first_empty(now));
 
                 let out = check(&r, state, cost, now);
                 let fits = model.fits(now, cost);
@@ -689,7 +693,7 @@ mod tests {
                     let expected = (cost <= r.limit).then(|| model.first_fit(now, cost).unwrap());
                     prop_assert_eq!(out.decision.retry_after_ns, expected);
                 }
-                state = common_checks(&r, state, cost, now, peek.decision)?;
+                state = common_checks(&r, state, cost, now, peek)?;
             }
 
             // (a) Each aligned window admits at most the limit; a span of one period straddling a
@@ -710,14 +714,12 @@ mod tests {
             let mut now = start;
             for (advance, cost) in events {
                 now += advance;
-                let peek = check(&r, state, 0, now);
-                prop_assert!(peek.decision.allowed);
-                prop_assert_eq!(peek.new_state, None);
+                let peek = peek_at(&r, state, now)?;
                 let (used, left) = model
                     .current(now)
                     .map_or((0, 0), |(s, n)| (n, s + r.period_ns - now));
-                prop_assert_eq!(peek.decision.remaining, r.limit.saturating_sub(used));
-                prop_assert_eq!(peek.decision.reset_after_ns, left);
+                prop_assert_eq!(peek.remaining, r.limit.saturating_sub(used));
+                prop_assert_eq!(peek.reset_after_ns, left);
 
                 let out = check(&r, state, cost, now);
                 let fits = model.fits(now, cost);
@@ -731,7 +733,7 @@ mod tests {
                     let expected = (cost <= r.limit).then(|| model.first_fit(now, cost).unwrap());
                     prop_assert_eq!(out.decision.retry_after_ns, expected);
                 }
-                state = common_checks(&r, state, cost, now, peek.decision)?;
+                state = common_checks(&r, state, cost, now, peek)?;
             }
             // (a) No window admits more than the limit.
             for &(_, total) in &model.windows {

@@ -1,18 +1,14 @@
 //! State the gateway keeps in process: a bounded least-recently-used map, the fallback token
 //! buckets used while bucketd is unavailable, and the pools of leased tokens.
 
-use super::Figures;
+use super::decide::Figures;
 use crate::client::Limit;
+use crate::sync::lock;
 use hashbrown::HashMap;
 use hashbrown::hash_map::EntryRef;
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Writers never leave the data half-updated, so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 struct Entry<V> {
     value: V,

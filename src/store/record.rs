@@ -1,0 +1,284 @@
+//! How one key is kept: its value as callers see it (`Value`, `EntryView`), detached from the
+//! store for snapshots (`OwnedValue`, `Record`), and the packed record that holds it in a
+//! partition's arena.
+//!
+//! A packed record is `key header + key + tag (1 byte) + payload`. The key header is the key's
+//! length in one byte, or `0xFF` and a 4-byte little-endian length for keys of 255 bytes or
+//! more. The tag says which kind of value follows and whether an expiry is stored, and fixes
+//! the payload's size (strings carry their length): a GCRA bucket whose expiry is its tat, the
+//! common case, takes `1 + key + 1 + 8` bytes. A record replaced by one of another size is
+//! marked dead in place and left for compaction.
+//!
+//! The functions here read and write arena bytes at offsets the index holds. They run on every
+//! request and are called from the table's module, hence `#[inline]`.
+
+use crate::limiter::State;
+
+/// A key's value, borrowed from the arena for reading or given for writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// Limiter state.
+    Bucket(State),
+    /// A counter set by INCR or by SET with an integer.
+    Int(i64),
+    /// Any other string.
+    Str(&'a [u8]),
+}
+
+/// A value detached from the store, for snapshots. Part of [`Record`]'s encoding.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OwnedValue {
+    Bucket(State),
+    Int(i64),
+    Str(Vec<u8>),
+}
+
+/// One key detached from the store (name, value, expiry), as it travels in a snapshot.
+///
+/// Snapshots are bincode-encoded and written to disk, so this type and [`OwnedValue`] are an
+/// on-disk format: their fields, variants and order must keep their encoding (golden bytes in
+/// tests/encoding.rs); a new variant goes at the end.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    pub key: Vec<u8>,
+    pub value: OwnedValue,
+    pub expires_at: u64,
+}
+
+/// A live key as read from the store.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryView<'a> {
+    pub value: Value<'a>,
+    /// Absolute expiry in ns since the epoch; 0 = never.
+    pub expires_at: u64,
+}
+
+// Record tags. The payload that follows each is fixed by the tag (strings carry a length).
+const T_GCRA: u8 = 0; // tat (also its expiry)
+const T_GCRA_EXP: u8 = 1; // tat, expiry
+const T_FIXED: u8 = 2; // expiry, start, count
+const T_SLIDING: u8 = 3; // expiry, start, prev, cur
+const T_INT: u8 = 4; // value
+const T_INT_EXP: u8 = 5; // value, expiry
+const T_STR: u8 = 6; // len u32, bytes
+const T_STR_EXP: u8 = 7; // expiry, len u32, bytes
+const T_DEAD: u8 = 0xFF;
+
+#[inline]
+pub(super) fn rd64(a: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&a[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+#[inline]
+pub(super) fn rd32(a: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&a[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+/// Where a packed record's key and tag are.
+pub(super) struct Layout {
+    pub(super) key_start: usize,
+    pub(super) key_len: usize,
+    pub(super) tag_at: usize,
+}
+
+#[inline]
+pub(super) fn layout(a: &[u8], off: usize) -> Layout {
+    if a[off] < 0xFF {
+        let key_len = a[off] as usize;
+        Layout {
+            key_start: off + 1,
+            key_len,
+            tag_at: off + 1 + key_len,
+        }
+    } else {
+        let key_len = rd32(a, off + 1) as usize;
+        Layout {
+            key_start: off + 5,
+            key_len,
+            tag_at: off + 5 + key_len,
+        }
+    }
+}
+
+#[inline]
+pub(super) fn key_of(a: &[u8], off: usize) -> &[u8] {
+    let l = layout(a, off);
+    &a[l.key_start..l.key_start + l.key_len]
+}
+
+#[inline]
+pub(super) fn key_header_len(key_len: usize) -> usize {
+    if key_len < 0xFF { 1 } else { 5 }
+}
+
+/// Bytes of payload after the tag.
+#[inline]
+pub(super) fn payload_len(a: &[u8], tag: u8, at: usize) -> usize {
+    match tag {
+        T_GCRA | T_INT => 8,
+        T_GCRA_EXP | T_INT_EXP => 16,
+        T_FIXED => 24,
+        T_SLIDING => 32,
+        T_STR => 4 + rd32(a, at) as usize,
+        T_STR_EXP => 12 + rd32(a, at + 8) as usize,
+        _ => 0,
+    }
+}
+
+#[inline]
+pub(super) fn record_len(a: &[u8], off: usize) -> usize {
+    let l = layout(a, off);
+    let tag = a[l.tag_at];
+    l.tag_at + 1 - off + payload_len(a, tag, l.tag_at + 1)
+}
+
+#[inline]
+pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
+    let l = layout(a, off);
+    let p = l.tag_at + 1;
+    match a[l.tag_at] {
+        T_GCRA => {
+            let tat = rd64(a, p);
+            EntryView {
+                value: Value::Bucket(State::Gcra { tat }),
+                expires_at: tat,
+            }
+        }
+        T_GCRA_EXP => EntryView {
+            value: Value::Bucket(State::Gcra { tat: rd64(a, p) }),
+            expires_at: rd64(a, p + 8),
+        },
+        T_FIXED => EntryView {
+            value: Value::Bucket(State::Fixed {
+                start: rd64(a, p + 8),
+                count: rd64(a, p + 16),
+            }),
+            expires_at: rd64(a, p),
+        },
+        T_SLIDING => EntryView {
+            value: Value::Bucket(State::Sliding {
+                start: rd64(a, p + 8),
+                prev: rd64(a, p + 16),
+                cur: rd64(a, p + 24),
+            }),
+            expires_at: rd64(a, p),
+        },
+        T_INT => EntryView {
+            value: Value::Int(rd64(a, p) as i64),
+            expires_at: 0,
+        },
+        T_INT_EXP => EntryView {
+            value: Value::Int(rd64(a, p) as i64),
+            expires_at: rd64(a, p + 8),
+        },
+        T_STR => {
+            let n = rd32(a, p) as usize;
+            EntryView {
+                value: Value::Str(&a[p + 4..p + 4 + n]),
+                expires_at: 0,
+            }
+        }
+        T_STR_EXP => {
+            let n = rd32(a, p + 8) as usize;
+            EntryView {
+                value: Value::Str(&a[p + 12..p + 12 + n]),
+                expires_at: rd64(a, p),
+            }
+        }
+        // Dead records are never reachable from the index; read as an expired counter.
+        _ => EntryView {
+            value: Value::Int(0),
+            expires_at: 1,
+        },
+    }
+}
+
+/// The tag and payload bytes for a value.
+#[inline]
+pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, out: &mut Vec<u8>) {
+    let push = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
+    match value {
+        Value::Bucket(State::Gcra { tat }) if tat == expires_at => {
+            out.push(T_GCRA);
+            push(out, tat);
+        }
+        Value::Bucket(State::Gcra { tat }) => {
+            out.push(T_GCRA_EXP);
+            push(out, tat);
+            push(out, expires_at);
+        }
+        Value::Bucket(State::Fixed { start, count }) => {
+            out.push(T_FIXED);
+            push(out, expires_at);
+            push(out, start);
+            push(out, count);
+        }
+        Value::Bucket(State::Sliding { start, prev, cur }) => {
+            out.push(T_SLIDING);
+            push(out, expires_at);
+            push(out, start);
+            push(out, prev);
+            push(out, cur);
+        }
+        Value::Int(v) if expires_at == 0 => {
+            out.push(T_INT);
+            push(out, v as u64);
+        }
+        Value::Int(v) => {
+            out.push(T_INT_EXP);
+            push(out, v as u64);
+            push(out, expires_at);
+        }
+        Value::Str(s) => {
+            // Values are bounded by the protocol's bulk limit, far below 4 GiB.
+            let n = u32::try_from(s.len()).unwrap_or(u32::MAX);
+            if expires_at == 0 {
+                out.push(T_STR);
+            } else {
+                out.push(T_STR_EXP);
+                push(out, expires_at);
+            }
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&s[..n as usize]);
+        }
+    }
+}
+
+#[inline]
+pub(super) fn is_expired(expires_at: u64, now: u64) -> bool {
+    expires_at != 0 && expires_at <= now
+}
+
+/// Appends a record (key header, key, encoded payload); returns its offset, or None if the
+/// arena would pass 4 GiB.
+#[inline]
+pub(super) fn append(arena: &mut Vec<u8>, key: &[u8], payload: &[u8]) -> Option<u32> {
+    let off = u32::try_from(arena.len()).ok()?;
+    let key_len = u32::try_from(key.len()).ok()?;
+    if arena.len() + key.len() + payload.len() + 5 > u32::MAX as usize {
+        return None;
+    }
+    if key.len() < 0xFF {
+        arena.push(key.len() as u8);
+    } else {
+        arena.push(0xFF);
+        arena.extend_from_slice(&key_len.to_le_bytes());
+    }
+    arena.extend_from_slice(key);
+    arena.extend_from_slice(payload);
+    Some(off)
+}
+
+/// Marks the record at `off` dead; returns its length.
+#[inline]
+pub(super) fn kill(arena: &mut [u8], dead: &mut usize, off: usize) -> usize {
+    let len = record_len(arena, off);
+    let l = layout(arena, off);
+    arena[l.tag_at] = T_DEAD;
+    *dead += len;
+    len
+}
