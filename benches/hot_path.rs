@@ -10,14 +10,14 @@
 //! ```
 
 use bucketd::clock::{Clock, SystemClock};
-use bucketd::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
+use bucketd::internals::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
+use bucketd::internals::protocol::{ReplyWriter, RequestLimits, parse_request};
+use bucketd::internals::rules::RuleSet;
+use bucketd::internals::shard::{self, ShardCore, ShardMsg};
+use bucketd::internals::store::{Slot, Store, Value};
 use bucketd::limiter::cell::{self, CellArgs};
 use bucketd::limiter::{self, Rule, State, parse_spec};
-use bucketd::protocol::{ReplyWriter, RequestLimits, parse_request};
-use bucketd::rules::RuleSet;
-use bucketd::shard::{self, ShardCore, ShardMsg};
 use bucketd::slot::key_slot;
-use bucketd::store::{Slot, Store, Value};
 use bytes::{Bytes, BytesMut};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -139,7 +139,7 @@ fn protocol(c: &mut Criterion) {
                 |mut buf| {
                     let mut n = 0;
                     while let Some(req) = parse_request(&mut buf, &limits).expect("valid RESP") {
-                        if bucketd::cmd::parse(req, &rules).is_ok() {
+                        if bucketd::internals::cmd::parse(req, &rules).is_ok() {
                             n += 1;
                         }
                     }
@@ -175,7 +175,7 @@ fn protocol(c: &mut Criterion) {
                 out.clear();
                 let mut w = ReplyWriter::new(&mut out, false);
                 for r in batch {
-                    bucketd::protocol::encode(&mut w, black_box(r));
+                    bucketd::internals::protocol::encode(&mut w, black_box(r));
                 }
                 out.len()
             })

@@ -11,11 +11,13 @@
 //! `BUCKETD_PRINT_GOLDEN=1 cargo test --test encoding -- --nocapture` prints the current bytes
 //! in the table's form, for a value added to the table (never to paper over a change).
 
-use bucketd::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, TypeConfig};
-use bucketd::cmd::keyed::{ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd};
+use bucketd::internals::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, TypeConfig};
+use bucketd::internals::cmd::keyed::{
+    ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
+};
+use bucketd::internals::store::{OwnedValue, Record};
 use bucketd::limiter::cell::CellArgs;
 use bucketd::limiter::{Algorithm, Rule, State};
-use bucketd::store::{OwnedValue, Record};
 use bytes::Bytes;
 use openraft::Membership;
 use openraft::entry::RaftEntry;

@@ -2,10 +2,10 @@
 //! one shared log at once, plus recovery of interleaved groups after reopen, torn and damaged
 //! log files, compaction, batching of concurrent groups' writes and the in-memory mode.
 
-use bucketd::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog};
-use bucketd::cluster::state_machine::{GroupStateMachine, LocalExecutor};
-use bucketd::cluster::typ::{Entry, GroupId, LogId, Proposal, TypeConfig, Vote};
-use bucketd::cmd::keyed::KeyCmd;
+use bucketd::internals::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog};
+use bucketd::internals::cluster::state_machine::{GroupStateMachine, LocalExecutor};
+use bucketd::internals::cluster::typ::{Entry, GroupId, LogId, Proposal, TypeConfig, Vote};
+use bucketd::internals::cmd::keyed::KeyCmd;
 use bytes::Bytes;
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};

@@ -64,6 +64,7 @@
 use crate::cluster::node::{Cluster, GroupRaft};
 use crate::cluster::transport::Pinger;
 use crate::cluster::typ::{GroupId, NodeId, TypeConfig};
+use crate::sync::lock;
 use openraft::Instant as _;
 use openraft::ServerState;
 use openraft::raft::{AppendEntriesResponse, VoteRequest};
@@ -211,10 +212,6 @@ pub struct Quiet {
     /// How many times a group led here was woken from quiet.
     wakes: AtomicU64,
     state: Mutex<Vec<GroupState>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Quiet {

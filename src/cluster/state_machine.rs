@@ -15,6 +15,7 @@ use crate::cluster::typ::{
 };
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::store::Record;
+use crate::sync::lock;
 use futures_util::{Stream, TryStreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine, Snapshot};
 
@@ -90,10 +91,6 @@ pub struct GroupStateMachine<E: Executor> {
     progress: Arc<Mutex<Progress>>,
     /// Directory for the snapshot file; None keeps snapshots in memory only (tests).
     dir: Option<PathBuf>,
-}
-
-fn lock(p: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
-    p.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<E: Executor> GroupStateMachine<E> {
@@ -334,7 +331,7 @@ impl Default for LocalExecutor {
 
 impl LocalExecutor {
     fn store(&self) -> std::sync::MutexGuard<'_, crate::store::Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.store)
     }
 }
 

@@ -27,6 +27,7 @@ use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
 use crate::cluster::typ::{GroupId, GroupSnapshot, NodeId, TypeConfig, Vote};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shutdown::Shutdown;
+use crate::sync::lock;
 use openraft::OptionalSend;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -329,31 +330,19 @@ pub struct Faults {
 
 impl Faults {
     pub fn block(&self, peer: NodeId) {
-        self.blocked
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(peer);
+        crate::sync::write(&self.blocked).insert(peer);
     }
 
     pub fn unblock(&self, peer: NodeId) {
-        self.blocked
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&peer);
+        crate::sync::write(&self.blocked).remove(&peer);
     }
 
     pub fn heal(&self) {
-        self.blocked
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        crate::sync::write(&self.blocked).clear();
     }
 
     pub fn is_blocked(&self, peer: NodeId) -> bool {
-        self.blocked
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&peer)
+        crate::sync::read(&self.blocked).contains(&peer)
     }
 }
 
@@ -779,10 +768,6 @@ pub fn ping_peers<P: Pinger>(
             }
         }
     });
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Accepts peer connections and serves their requests with `handler`.

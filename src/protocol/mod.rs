@@ -7,4 +7,4 @@ pub mod request;
 
 pub use args::{ArgError, Args};
 pub use reply::{ReplyWriter, encode};
-pub use request::{ProtocolError, Request, RequestLimits, RequestParser, parse_request};
+pub use request::{Request, RequestLimits, RequestParser, parse_request};

@@ -229,7 +229,8 @@ impl RequestParser {
     }
 
     /// Whether part of a request has been received and more is awaited.
-    pub fn is_mid_request(&self) -> bool {
+    #[cfg(test)]
+    fn is_mid_request(&self) -> bool {
         !matches!(self.partial, Partial::Idle)
     }
 

@@ -16,6 +16,6 @@ mod event_loop;
 mod msg;
 
 pub(crate) use self::core::release_free_memory;
-pub use self::core::{CoreRef, Outcome, SWEEP_INTERVAL, ShardCore, ShardStats, reply_bytes};
+pub use self::core::{CoreRef, Outcome, SWEEP_INTERVAL, ShardCore, ShardStats};
 pub use event_loop::run;
 pub use msg::{Answer, ShardGone, ShardHandle, ShardInbox, ShardMsg, channel};

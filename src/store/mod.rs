@@ -20,8 +20,8 @@ mod record;
 mod table;
 mod usage;
 
-pub use record::{EntryView, OwnedValue, Record, Value};
-pub use table::{EmptySlot, LiveEntry, Slot};
+pub use record::{OwnedValue, Record, Value};
+pub use table::Slot;
 pub use usage::{Caps, StoreFull, Usage};
 
 use record::{is_expired, key_of, view};

@@ -3,12 +3,12 @@
 //! that follows `-MOVED` and retries `-CLUSTERDOWN`/`-TRYAGAIN`, and bounded waiting.
 
 use bucketd::clock::ManualClock;
-use bucketd::cluster::node::{Cluster, ClusterSettings};
-use bucketd::cluster::spec::{ClusterSpec, NodeSpec};
-use bucketd::cluster::typ::{GroupId, NodeId};
-use bucketd::cmd::Parsed;
-use bucketd::cmd::keyed::Reply;
 use bucketd::config::Settings;
+use bucketd::internals::cluster::node::{Cluster, ClusterSettings};
+use bucketd::internals::cluster::spec::{ClusterSpec, NodeSpec};
+use bucketd::internals::cluster::typ::{GroupId, NodeId};
+use bucketd::internals::cmd::Parsed;
+use bucketd::internals::cmd::keyed::Reply;
 use bucketd::server::{self, NodeHandle};
 use bucketd::slot::key_slot;
 use std::collections::HashMap;
@@ -325,9 +325,9 @@ impl TestCluster {
     /// what this replica's state machine holds, at this node's clock.
     pub async fn local(&self, id: NodeId, args: &[&str]) -> Reply {
         let node = &self.handle(id).node;
-        let req = bucketd::protocol::Request::from_args(args);
+        let req = bucketd::internals::protocol::Request::from_args(args);
         let rules = node.rules.load();
-        let Ok(Parsed::Keyed { route, cmd }) = bucketd::cmd::parse(req, &rules) else {
+        let Ok(Parsed::Keyed { route, cmd }) = bucketd::internals::cmd::parse(req, &rules) else {
             panic!("{args:?} is not a single-key command");
         };
         // In cluster mode every slot of a group lives on shard (group % shards).

@@ -2,7 +2,7 @@
 //! the snapshot installed and then the log after it; a restart from snapshots keeps counts.
 
 use crate::harness::*;
-use bucketd::cluster::typ::GroupId;
+use bucketd::internals::cluster::typ::GroupId;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::time::Duration;
 

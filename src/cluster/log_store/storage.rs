@@ -5,6 +5,7 @@
 use super::format::*;
 use super::writer::*;
 use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
+use crate::sync::lock;
 use openraft::OptionalSend;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
 use std::collections::{BTreeMap, HashMap};
@@ -138,14 +139,7 @@ impl NodeLog {
     /// The log storage of group `group`: what was recovered for it, or an empty log. Every call
     /// for the same group returns a handle to the same log.
     pub fn group(&self, group: GroupId) -> GroupLog {
-        let mem = self
-            .shared
-            .groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(group)
-            .or_default()
-            .clone();
+        let mem = lock(&self.shared.groups).entry(group).or_default().clone();
         GroupLog {
             group,
             mem,
@@ -179,7 +173,7 @@ pub(super) async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()
 
 impl GroupLog {
     pub(super) fn mem(&self) -> MutexGuard<'_, Mem> {
-        self.mem.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.mem)
     }
 
     pub(super) fn writer(&self) -> Option<&Writer> {

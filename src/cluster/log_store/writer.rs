@@ -4,6 +4,7 @@
 
 use super::format::*;
 use crate::cluster::typ::{GroupId, LogId, TypeConfig};
+use crate::sync::lock;
 use openraft::storage::IOFlushed;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -512,7 +513,7 @@ pub(super) struct InlineWriter {
 
 impl InlineWriter {
     pub(super) fn take(self: &Arc<Self>, job: Job) {
-        self.w.lock().unwrap_or_else(|e| e.into_inner()).take(job);
+        lock(&self.w).take(job);
         if !self.scheduled.swap(true, Ordering::AcqRel) {
             self.schedule(Duration::ZERO);
         }
@@ -551,7 +552,7 @@ impl InlineWriter {
     }
 
     pub(super) fn flush(self: &Arc<Self>, closing: bool) {
-        let mut w = self.w.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = lock(&self.w);
         self.scheduled.store(false, Ordering::Release);
         w.flush(closing);
         let plan = if closing { None } else { w.plan_background() };
@@ -577,11 +578,7 @@ impl InlineWriter {
             let tmp = dir.join(COMPACT_TMP);
             let prefix = write_prefix(&dir, &tmp, &index, len0);
             match me.upgrade() {
-                Some(me) => {
-                    me.w.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .install_background(prefix)
-                }
+                Some(me) => lock(&me.w).install_background(prefix),
                 // The log was closed meanwhile.
                 None => {
                     let _ = fs::remove_file(&tmp);
