@@ -24,6 +24,7 @@ pub mod float;
 pub mod keyed;
 pub mod keyspace;
 pub mod limits;
+pub(crate) mod node;
 pub mod rules;
 pub mod scan;
 pub mod server;

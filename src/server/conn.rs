@@ -107,14 +107,14 @@ enum TxnItem {
 }
 
 /// One client connection.
-pub(super) struct Conn {
+pub(crate) struct Conn {
     pub(super) node: Arc<Node>,
     pub(super) core: CoreRef,
     pub(super) my_shard: usize,
     pub(super) info: Arc<ClientInfo>,
-    pub(super) resp3: bool,
-    pub(super) authed: bool,
-    pub(super) quit: bool,
+    resp3: bool,
+    authed: bool,
+    quit: bool,
     round: Round,
     stream: TcpStream,
     rbuf: BytesMut,
@@ -705,7 +705,80 @@ impl Conn {
         args: Result<NodeCmd, ArgError>,
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
-        super::node_cmds::run(self, spec, args, buf).await
+        cmd::node::run(self, spec, args, buf).await
+    }
+}
+
+/// What node commands (`cmd::node`) see of the connection that sent them.
+impl Conn {
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub(crate) fn info(&self) -> &ClientInfo {
+        &self.info
+    }
+
+    /// Whether replies use RESP3.
+    pub(crate) fn resp3(&self) -> bool {
+        self.resp3
+    }
+
+    /// Switches the reply protocol, and what CLIENT LIST shows of it.
+    pub(crate) fn set_resp3(&mut self, v: bool) {
+        self.resp3 = v;
+        super::lock(&self.info.meta).resp = if v { 3 } else { 2 };
+    }
+
+    pub(crate) fn authed(&self) -> bool {
+        self.authed
+    }
+
+    pub(crate) fn set_authed(&mut self, v: bool) {
+        self.authed = v;
+    }
+
+    /// Closes the connection once the current reply is written; nothing after it in the
+    /// pipeline runs.
+    pub(crate) fn close_after_reply(&mut self) {
+        self.quit = true;
+    }
+
+    /// Runs one command on shard `s` and returns its replies.
+    pub(crate) async fn run_on_shard(
+        &self,
+        s: usize,
+        cmd: KeyCmd,
+    ) -> Result<Vec<Reply>, ShardGone> {
+        self.dispatch(s, vec![cmd]).await?.replies().await
+    }
+
+    /// Runs a command on every shard and returns the replies.
+    pub(crate) async fn on_every_shard(
+        &self,
+        make: impl Fn() -> KeyCmd,
+    ) -> Result<Vec<Reply>, ShardGone> {
+        self.all_shards(make).await
+    }
+
+    /// Has every shard start or stop counting its keys in the caps now, and waits for all of
+    /// them, so a cap switched on is in force everywhere once CONFIG SET has answered.
+    pub(crate) async fn sync_caps(&mut self) -> Result<(), ShardGone> {
+        let mut waits = Vec::new();
+        for s in &self.node.shards {
+            if s.id == self.my_shard {
+                self.core.borrow_mut().store.sync_caps();
+            } else {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                s.send(crate::shard::ShardMsg::SyncCaps { reply: tx })
+                    .await?;
+                waits.push(rx);
+            }
+        }
+        for rx in waits {
+            rx.await.map_err(|_| ShardGone)?;
+        }
+        Ok(())
     }
 }
 
