@@ -61,7 +61,7 @@ pub enum NodeCmd {
     Rule(rules::RuleCmd),
     Cluster(cluster::ClusterCmd),
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the connection runs these itself.
-    Transaction,
+    Transaction(transactions::TxnCmd),
 }
 
 pub enum MultiCmd {

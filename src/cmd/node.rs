@@ -66,7 +66,7 @@ async fn dispatch(
         NodeCmd::Scan(cmd) => scan::run(c, cmd, buf).await?,
         NodeCmd::Rule(cmd) => rules::run(c, cmd, buf)?,
         NodeCmd::Cluster(cmd) => cluster::run(c, cmd, buf)?,
-        NodeCmd::Transaction => {
+        NodeCmd::Transaction(_) => {
             return Err(msg(format!(
                 "ERR command '{}' is not available here",
                 spec.name

@@ -18,7 +18,9 @@
 //!   growth passes it is closed.
 
 use super::{ClientInfo, Node};
+use crate::cmd::connection::ConnectionCmd;
 use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::transactions::TxnCmd;
 use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser, encode};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
@@ -377,18 +379,18 @@ impl Conn {
                         encode(&mut ReplyWriter::new(&mut self.out, self.resp3), &reply);
                     }
                 }
-                Ok(Parsed::Node(spec, args)) => match spec.name {
-                    "multi" => {
+                Ok(Parsed::Node(_, Ok(NodeCmd::Transaction(t)))) => match t {
+                    TxnCmd::Multi => {
                         self.txn = Some(Txn::default());
                         self.local_reply(|w| w.ok());
                     }
-                    "exec" => self.local_error("ERR EXEC without MULTI"),
-                    "discard" => self.local_error("ERR DISCARD without MULTI"),
+                    TxnCmd::Exec => self.local_error("ERR EXEC without MULTI"),
+                    TxnCmd::Discard => self.local_error("ERR DISCARD without MULTI"),
                     // Nothing is ever watched, so there is nothing to forget.
-                    "unwatch" => self.local_reply(|w| w.ok()),
-                    "watch" => self.local_error(WATCH_UNSUPPORTED),
-                    _ => self.node_cmd(spec, args).await?,
+                    TxnCmd::Unwatch => self.local_reply(|w| w.ok()),
+                    TxnCmd::Watch => self.local_error(WATCH_UNSUPPORTED),
                 },
+                Ok(Parsed::Node(spec, args)) => self.node_cmd(spec, args).await?,
             }
         }
         self.flush().await
@@ -569,26 +571,27 @@ impl Conn {
                 self.local_error(&e.message());
                 return Ok(());
             }
-            Ok(Parsed::Node(spec, args)) => match spec.name {
-                "exec" => return self.exec().await,
-                "discard" => {
+            Ok(Parsed::Node(spec, args)) => match &args {
+                Ok(NodeCmd::Transaction(TxnCmd::Exec)) => return self.exec().await,
+                Ok(NodeCmd::Transaction(TxnCmd::Discard)) => {
                     self.txn = None;
                     self.local_reply(|w| w.ok());
                     return Ok(());
                 }
-                "multi" => {
+                Ok(NodeCmd::Transaction(TxnCmd::Multi)) => {
                     self.local_error("ERR MULTI calls can not be nested");
                     return Ok(());
                 }
-                "watch" => {
+                Ok(NodeCmd::Transaction(TxnCmd::Watch)) => {
                     self.local_error("ERR WATCH inside MULTI is not allowed");
                     return Ok(());
                 }
                 // These act at once, as in Redis: QUIT closes, RESET also ends the transaction.
-                "quit" | "reset" => {
-                    if spec.name == "reset" {
-                        self.txn = None;
-                    }
+                Ok(NodeCmd::Connection(ConnectionCmd::Quit)) => {
+                    return self.node_cmd(spec, args).await;
+                }
+                Ok(NodeCmd::Connection(ConnectionCmd::Reset)) => {
+                    self.txn = None;
                     return self.node_cmd(spec, args).await;
                 }
                 _ => TxnItem::Node(spec, args),
