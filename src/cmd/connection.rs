@@ -1,11 +1,17 @@
 //! Connection commands: PING, ECHO, HELLO, AUTH, SELECT, CLIENT, QUIT, RESET. Their entries,
-//! and how their arguments parse into a `ConnectionCmd`. The node runs it
-//! (`server::node_cmds`): these act on the connection's own state.
+//! how their arguments parse into a `ConnectionCmd`, and how they run on the connection's
+//! own state.
 
+use super::node::{Failure, msg as fail, note_subcommand, write_help};
+use super::table::{COMMANDS as ALL_COMMANDS, SUBCOMMANDS};
 use super::table::{CommandSpec, Parser, command, subcommand};
 use super::{Finish, NodeCmd, Trailing, msg};
+use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
+use crate::server::conn::Conn;
+use crate::server::{ClientInfo, REDIS_COMPAT_VERSION, lock};
 use bytes::Bytes;
+use std::sync::atomic::Ordering;
 
 /// A connection command, parsed.
 pub enum ConnectionCmd {
@@ -427,4 +433,319 @@ fn parse_client_kill(a: &mut Args) -> Result<ClientKill, ArgError> {
         }
     }
     Ok(k)
+}
+
+/// Runs a connection command on the connection that sent it.
+pub(crate) fn run(c: &mut Conn, cmd: ConnectionCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ConnectionCmd::Ping(arg) => {
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            match arg {
+                Some(m) => w.bulk(&m),
+                None => w.simple("PONG"),
+            }
+        }
+        ConnectionCmd::Echo(m) => ReplyWriter::new(buf, c.resp3()).bulk(&m),
+        ConnectionCmd::Hello(h) => hello(c, h, buf)?,
+        ConnectionCmd::Auth { user, pass } => {
+            authenticate(c, user.as_deref(), &pass)?;
+            ReplyWriter::new(buf, c.resp3()).ok();
+        }
+        ConnectionCmd::Select => ReplyWriter::new(buf, c.resp3()).ok(),
+        ConnectionCmd::Quit => {
+            ReplyWriter::new(buf, c.resp3()).ok();
+            c.close_after_reply();
+        }
+        ConnectionCmd::Reset => {
+            c.set_resp3(false);
+            c.set_authed(!c.node().live.needs_auth());
+            {
+                let mut m = lock(&c.info().meta);
+                m.name.clear();
+            }
+            ReplyWriter::new(buf, c.resp3()).simple("RESET");
+        }
+        ConnectionCmd::Client { sub, cmd } => {
+            note_subcommand(c, sub);
+            client(c, cmd?, buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// AUTH and HELLO's AUTH. Without a password the node acts as Redis 7's `nopass` default
+/// user: any password is accepted for `default`, other users do not exist, and the
+/// one-argument form keeps Redis's complaint that no password is configured.
+fn authenticate(c: &mut Conn, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Failure> {
+    const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+    let user_ok = user.is_none_or(|u| u == b"default");
+    let Some(expected) = c.node().live.requirepass() else {
+        if user.is_none() {
+            return Err(fail(
+                "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+            ));
+        }
+        if !user_ok {
+            return Err(fail(WRONGPASS));
+        }
+        c.set_authed(true);
+        return Ok(());
+    };
+    // Compare in constant time so the reply time does not leak how much of the password matched.
+    let pass_ok = expected.len() == pass.len()
+        && expected
+            .as_bytes()
+            .iter()
+            .zip(pass)
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0;
+    if user_ok && pass_ok {
+        c.set_authed(true);
+        Ok(())
+    } else {
+        Err(fail(WRONGPASS))
+    }
+}
+
+fn hello(c: &mut Conn, h: Hello, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    for (user, pass) in &h.auth {
+        authenticate(c, Some(user), pass)?;
+    }
+    if let Some(e) = h.refused {
+        return Err(e.into());
+    }
+    if !c.authed() {
+        return Err(fail(
+            "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+        ));
+    }
+    if let Some(p) = h.proto {
+        c.set_resp3(p == 3);
+    }
+    if let Some(n) = h.setname {
+        lock(&c.info().meta).name = n;
+    }
+    let mut w = ReplyWriter::new(buf, c.resp3());
+    w.map(7);
+    w.kv_str("server", "bucketd");
+    w.kv_str("version", REDIS_COMPAT_VERSION);
+    w.kv_int("proto", if c.resp3() { 3 } else { 2 });
+    w.kv_int("id", i64::try_from(c.info().id).unwrap_or(i64::MAX));
+    w.kv_str(
+        "mode",
+        if c.node().cluster().is_some() {
+            "cluster"
+        } else {
+            "standalone"
+        },
+    );
+    w.kv_str("role", "master");
+    w.bulk(b"modules");
+    w.array(0);
+    Ok(())
+}
+
+/// The `cmd=` of a client other than the caller: its last command, with the subcommand when
+/// the last container command it ran is that command.
+fn last_command(info: &ClientInfo) -> &'static str {
+    let Some(spec) = info
+        .last_cmd
+        .load(Ordering::Relaxed)
+        .checked_sub(1)
+        .and_then(|i| ALL_COMMANDS.get(i))
+    else {
+        return "NULL";
+    };
+    let sub = info
+        .last_sub
+        .load(Ordering::Relaxed)
+        .checked_sub(1)
+        .and_then(|i| SUBCOMMANDS.get(i))
+        .filter(|full| {
+            full.split_once('|')
+                .is_some_and(|(cont, _)| cont == spec.name)
+        });
+    sub.copied().unwrap_or(spec.name)
+}
+
+/// One line of CLIENT LIST / CLIENT INFO, with Redis 7.0's fields in its order (plus `watch`,
+/// `lib-name` and `lib-ver` of later versions). `cmd` is the caller's own current command.
+fn client_line(c: &Conn, info: &ClientInfo, cmd: Option<&str>) -> String {
+    let m = lock(&info.meta).clone();
+    let now = c.node().uptime_ms();
+    let idle = now.saturating_sub(info.last_active_ms.load(Ordering::Relaxed)) / 1000;
+    let qbuf = info.qbuf.load(Ordering::Relaxed);
+    let omem = info.omem.load(Ordering::Relaxed);
+    format!(
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+        info.id,
+        info.addr,
+        info.laddr,
+        m.name,
+        info.created.elapsed().as_secs(),
+        idle,
+        qbuf + omem,
+        cmd.unwrap_or_else(|| last_command(info)),
+        m.resp,
+        m.lib_name,
+        m.lib_ver
+    )
+}
+
+fn client(c: &mut Conn, cmd: ClientCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ClientCmd::Id => {
+            ReplyWriter::new(buf, c.resp3()).int(i64::try_from(c.info().id).unwrap_or(i64::MAX));
+        }
+        ClientCmd::SetName(n) => {
+            lock(&c.info().meta).name = n;
+            ReplyWriter::new(buf, c.resp3()).ok();
+        }
+        ClientCmd::GetName => {
+            let n = lock(&c.info().meta).name.clone();
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            if n.is_empty() {
+                w.null()
+            } else {
+                w.bulk(n.as_bytes())
+            }
+        }
+        ClientCmd::SetInfo { attr, value } => {
+            let mut m = lock(&c.info().meta);
+            match attr {
+                LibAttr::Name => m.lib_name = value,
+                LibAttr::Ver => m.lib_ver = value,
+            }
+            drop(m);
+            ReplyWriter::new(buf, c.resp3()).ok();
+        }
+        ClientCmd::Info => {
+            let line = client_line(c, c.info(), Some("client|info"));
+            ReplyWriter::new(buf, c.resp3()).verbatim(&line);
+        }
+        ClientCmd::List(which) => {
+            let all: Vec<_> = lock(&c.node().clients)
+                .values()
+                .filter(|i| !i.is_killed())
+                .cloned()
+                .collect();
+            let chosen: Vec<_> = match which {
+                ClientList::All => all,
+                ClientList::None => Vec::new(),
+                ClientList::Ids(ids) => ids
+                    .iter()
+                    .flat_map(|&id| all.iter().filter(move |i| i64::try_from(i.id) == Ok(id)))
+                    .cloned()
+                    .collect(),
+            };
+            let text: String = chosen
+                .iter()
+                .map(|i| {
+                    let own = (i.id == c.info().id).then_some("client|list");
+                    client_line(c, i, own)
+                })
+                .collect();
+            ReplyWriter::new(buf, c.resp3()).verbatim(&text);
+        }
+        ClientCmd::Kill(k) => client_kill(c, k, buf)?,
+        ClientCmd::Accepted => ReplyWriter::new(buf, c.resp3()).ok(),
+        ClientCmd::Help => {
+            let lines = [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GETNAME",
+                "    Return the name of the current connection.",
+                "ID",
+                "    Return the ID of the current connection.",
+                "INFO",
+                "    Return information about the current client connection.",
+                "KILL <ip:port>",
+                "    Kill connection made from <ip:port>.",
+                "KILL <option> <value> [<option> <value> [...]]",
+                "    Kill connections. Options are:",
+                "    * ADDR (<ip:port>|<unixsocket>:0)",
+                "      Kill connections made from the specified address",
+                "    * LADDR (<ip:port>|<unixsocket>:0)",
+                "      Kill connections made to specified local address",
+                "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+                "      Kill connections by type.",
+                "    * USER <username>",
+                "      Kill connections authenticated by <username>.",
+                "    * SKIPME (YES|NO)",
+                "      Skip killing current connection (default: yes).",
+                "    * ID <client-id>",
+                "      Kill connections by client id.",
+                "LIST [options ...]",
+                "    Return information about client connections. Options:",
+                "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+                "      Return clients of specified type.",
+                "    * ID <client-id> [<client-id> ...]",
+                "      Return clients of the given ids.",
+                "SETNAME <name>",
+                "    Assign the name <name> to the current connection.",
+                "SETINFO <LIB-NAME|LIB-VER> <value>",
+                "    Set client meta attributes: the library's name or version.",
+                "NO-EVICT (ON|OFF)",
+                "    Protect current client connection from eviction (accepted; bucketd never evicts clients).",
+                "NO-TOUCH (ON|OFF)",
+                "    Do not touch keys' access times (accepted; bucketd keeps none).",
+                "HELP",
+                "    Prints this help.",
+            ];
+            write_help(&mut ReplyWriter::new(buf, c.resp3()), &lines);
+        }
+    }
+    Ok(())
+}
+
+/// CLIENT KILL, old form (`addr`, replies OK or an error, may kill the caller) and new form
+/// (filters, replies how many were killed, skips the caller unless SKIPME no), as Redis 7.0.
+fn client_kill(c: &mut Conn, k: ClientKill, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let ClientKill {
+        old_form,
+        id,
+        addr,
+        laddr,
+        skipme,
+        type_ok,
+    } = k;
+    let mut killed = 0i64;
+    let mut close_self = false;
+    if type_ok {
+        let clients: Vec<_> = lock(&c.node().clients).values().cloned().collect();
+        for info in clients {
+            let is_self = info.id == c.info().id;
+            let hit = !info.is_killed()
+                && id.is_none_or(|id| info.id == id)
+                && addr
+                    .as_ref()
+                    .is_none_or(|x| x.as_ref() == info.addr.to_string().as_bytes())
+                && laddr
+                    .as_ref()
+                    .is_none_or(|x| x.as_ref() == info.laddr.to_string().as_bytes())
+                && !(is_self && skipme);
+            if !hit {
+                continue;
+            }
+            if is_self {
+                close_self = true;
+            } else {
+                info.kill();
+            }
+            killed += 1;
+        }
+    }
+    let mut w = ReplyWriter::new(buf, c.resp3());
+    if old_form {
+        if killed == 0 {
+            return Err(fail("ERR No such client"));
+        }
+        w.ok();
+    } else {
+        w.int(killed);
+    }
+    // The reply goes out first; nothing after it in this connection's pipeline runs.
+    if close_self {
+        c.close_after_reply();
+    }
+    Ok(())
 }

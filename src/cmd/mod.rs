@@ -1,21 +1,26 @@
-//! Commands: the registry of every command, and each family's parsing (and, for commands on
-//! keys, their execution on a shard).
+//! Commands: the registry of every command, and each family's parsing and execution.
 //!
 //! A command is declared once, in its family's file under `src/cmd/`: the file holds the
 //! family's registry entries (`table::command!`: name, arity, flags, key positions, `COMMAND`
-//! metadata, parser) and the functions that turn arguments into typed work; a family of key
-//! commands also holds the functions a shard runs them with. Node commands act on connection
-//! and node state that `server` owns, so `server::node_cmds` runs their typed form. `table`
-//! gathers the families into one registry that `parse` looks up by name.
+//! metadata, parser), the functions that turn arguments into typed work, and the functions
+//! that run it. A key command runs on the shard that owns its key; a node command (connection
+//! state, server information, work over every shard) runs on the connection that sent it,
+//! through `server::conn::Conn`'s accessors, from the family's `run`. `table` gathers the
+//! families into one registry that `parse` looks up by name; `node` hands each parsed node
+//! command to its family's `run`.
 //!
 //! - Adding a key command: its entry, parse function and execution in its family file, one
 //!   variant appended at the end of `KeyCmd` (`keyed.rs`; the enum is encoded into the Raft
 //!   log, so its variants are append-only), and that variant's arm in `keyed::execute`.
-//! - Adding a node command: its entry and parse function in its family file, and a variant
-//!   of the family's node command type; the node runs it in `server::node_cmds`.
+//! - Adding a node command: its entry, parse function, a variant of the family's node command
+//!   type and that variant's arm in the family's `run`, all in its family file. A new family
+//!   also needs its slice in `table.rs`, a `NodeCmd` variant and its arm in `node::dispatch`;
+//!   a new subcommand of a container command (CLIENT, CONFIG...) its name in
+//!   `table::SUBCOMMANDS`.
+//!   Transaction commands are the exception: the connection runs them itself (`conn.rs`),
+//!   matching on `TxnCmd`.
 //!
 //! Parsing checks arity and every argument, so shards only ever see well-formed work.
-
 pub mod cell;
 pub mod cluster;
 pub mod connection;
@@ -24,6 +29,7 @@ pub mod float;
 pub mod keyed;
 pub mod keyspace;
 pub mod limits;
+pub(crate) mod node;
 pub mod rules;
 pub mod scan;
 pub mod server;
@@ -60,7 +66,7 @@ pub enum NodeCmd {
     Rule(rules::RuleCmd),
     Cluster(cluster::ClusterCmd),
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the connection runs these itself.
-    Transaction,
+    Transaction(transactions::TxnCmd),
 }
 
 pub enum MultiCmd {

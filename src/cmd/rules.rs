@@ -1,10 +1,13 @@
 //! BK.RULE: named limits, kept by the node. Its entry and how its arguments parse into a
-//! `RuleCmd`; the node runs it (`server::node_cmds`) against its rule set.
+//! `RuleCmd`; `run` runs it against the node's rule set.
 
+use super::node::{Failure, msg as fail};
 use super::table::{CommandSpec, Parser, command};
 use super::{Finish, NodeCmd, Trailing, msg, resolve_spec};
 use crate::limiter::Rule;
+use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
+use crate::server::conn::Conn;
 
 /// BK.RULE SET|GET|DEL|LIST|RELOAD, parsed.
 pub enum RuleCmd {
@@ -68,4 +71,38 @@ fn parse_rule(a: &mut Args) -> Result<NodeCmd, ArgError> {
         }
     };
     Ok(NodeCmd::Rule(cmd))
+}
+
+/// Runs BK.RULE against the node's rule set.
+pub(crate) fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let rules = &c.node().rules;
+    let mut w = ReplyWriter::new(buf, c.resp3());
+    match cmd {
+        RuleCmd::Set { name, rule } => {
+            rules
+                .set(&name, rule)
+                .map_err(|e| fail(format!("ERR {e}")))?;
+            w.ok();
+        }
+        RuleCmd::Get(name) => match rules.load().get(&name) {
+            Some(r) => w.bulk(r.to_string().as_bytes()),
+            None => w.null(),
+        },
+        RuleCmd::Del(name) => w.int(i64::from(rules.remove(&name))),
+        RuleCmd::List => {
+            let set = rules.load();
+            let sorted = set.sorted();
+            w.map(sorted.len());
+            for (name, r) in sorted {
+                w.kv_str(name, &r.to_string());
+            }
+        }
+        RuleCmd::Reload => {
+            let n = rules
+                .reload()
+                .map_err(|e| fail(format!("ERR rules not reloaded, previous rules kept: {e}")))?;
+            w.int(n as i64);
+        }
+    }
+    Ok(())
 }

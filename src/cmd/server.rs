@@ -1,13 +1,20 @@
 //! Server commands: COMMAND, INFO, CONFIG, DBSIZE, FLUSHALL, FLUSHDB, TIME, KEYS. Their
-//! entries, how their arguments parse into a `ServerCmd` (which the node runs, in
-//! `server::node_cmds`), and the share of DBSIZE, FLUSHALL and KEYS each shard runs.
+//! entries, how their arguments parse into a `ServerCmd`, how the node runs it, and the share
+//! of DBSIZE, FLUSHALL and KEYS each shard runs.
 
+use super::keyed::KeyCmd;
 use super::keyed::Reply;
+use super::node::{Failure, msg as fail, note_subcommand, write_help};
 use super::table::{self, CommandSpec, Parser, command, subcommand};
+use super::table::{COMMANDS as ALL_COMMANDS, SUBCOMMANDS};
 use super::{Finish, NodeCmd, Trailing, msg};
 use crate::protocol::{ArgError, Args};
+use crate::protocol::{ReplyWriter, encode};
+use crate::server::conn::Conn;
+use crate::server::{info, live};
 use crate::store::Store;
 use bytes::Bytes;
+use std::sync::atomic::Ordering;
 
 /// A server command, parsed.
 pub enum ServerCmd {
@@ -329,4 +336,221 @@ pub(super) fn keys(store: &Store, pattern: &[u8], now: u64) -> Reply {
         }
     });
     Reply::Array(out)
+}
+
+/// Runs a server command.
+pub(crate) async fn run(c: &mut Conn, cmd: ServerCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ServerCmd::Command(cmd) => command(c, cmd, buf)?,
+        ServerCmd::Info(sections) => {
+            let text = info::render(c.node(), &sections);
+            ReplyWriter::new(buf, c.resp3()).verbatim(&text);
+        }
+        ServerCmd::Config { sub, cmd } => {
+            note_subcommand(c, sub);
+            config(c, cmd?, buf).await?;
+        }
+        ServerCmd::DbSize => {
+            let total: i64 = c
+                .on_every_shard(|| KeyCmd::DbSize)
+                .await?
+                .iter()
+                .filter_map(Reply::as_int)
+                .sum();
+            ReplyWriter::new(buf, c.resp3()).int(total);
+        }
+        ServerCmd::Flush => {
+            if c.node().cluster().is_some() {
+                // Keys are replicated state: clearing this node's copies behind Raft's back
+                // would make the replicas disagree.
+                return Err(fail(
+                    "ERR FLUSHALL is not supported in cluster mode; remove keys with DEL or BK.RESET",
+                ));
+            }
+            c.on_every_shard(|| KeyCmd::FlushAll).await?;
+            ReplyWriter::new(buf, c.resp3()).ok();
+        }
+        ServerCmd::Time => {
+            let now = c.node().clock.now_ns();
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            w.array(2);
+            w.bulk((now / 1_000_000_000).to_string().as_bytes());
+            w.bulk(((now % 1_000_000_000) / 1000).to_string().as_bytes());
+        }
+        ServerCmd::Keys(pattern) => {
+            let replies = c.on_every_shard(|| KeyCmd::Keys(pattern.clone())).await?;
+            let mut all = Vec::new();
+            for r in replies {
+                if let Reply::Array(items) = r {
+                    all.extend(items);
+                }
+            }
+            encode(&mut ReplyWriter::new(buf, c.resp3()), &Reply::Array(all));
+        }
+    }
+    Ok(())
+}
+
+fn command(c: &mut Conn, cmd: CommandCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let cmd = match cmd {
+        CommandCmd::All => {
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            w.array(ALL_COMMANDS.len());
+            for cmd in ALL_COMMANDS {
+                table::write_info(&mut w, cmd);
+            }
+            return Ok(());
+        }
+        CommandCmd::Sub { sub, cmd } => {
+            note_subcommand(c, sub);
+            cmd?
+        }
+    };
+    let mut w = ReplyWriter::new(buf, c.resp3());
+    match cmd {
+        CommandSub::Count => w.int(ALL_COMMANDS.len() as i64),
+        CommandSub::List(filter) => {
+            let listed: Vec<&CommandSpec> = ALL_COMMANDS
+                .iter()
+                .filter(|cmd| match &filter {
+                    None => true,
+                    // bucketd loads no modules.
+                    Some(ListFilter::Module) => false,
+                    Some(ListFilter::AclCat(cat)) => cmd.acl.iter().any(|c| {
+                        c.strip_prefix('@')
+                            .is_some_and(|c| c.as_bytes().eq_ignore_ascii_case(cat))
+                    }),
+                    Some(ListFilter::Pattern(pattern)) => {
+                        crate::glob::matches_nocase(pattern, cmd.name.as_bytes())
+                    }
+                })
+                .collect();
+            // Subcommands are listed as `container|sub`, as Redis lists them; they have no
+            // ACL categories or module of their own here.
+            let subs: Vec<&str> = SUBCOMMANDS
+                .iter()
+                .copied()
+                .filter(|full| match &filter {
+                    None => true,
+                    Some(ListFilter::Pattern(pattern)) => {
+                        crate::glob::matches_nocase(pattern, full.as_bytes())
+                    }
+                    Some(_) => false,
+                })
+                .collect();
+            w.array(listed.len() + subs.len());
+            for cmd in listed {
+                w.bulk(cmd.name.as_bytes());
+            }
+            for full in subs {
+                w.bulk(full.as_bytes());
+            }
+        }
+        CommandSub::Info(names) => {
+            if names.is_empty() {
+                w.array(ALL_COMMANDS.len());
+                for cmd in ALL_COMMANDS {
+                    table::write_info(&mut w, cmd);
+                }
+            } else {
+                w.array(names.len());
+                for n in names {
+                    match table::lookup(&n) {
+                        Some(cmd) => table::write_info(&mut w, cmd),
+                        None => w.null_array(),
+                    }
+                }
+            }
+        }
+        CommandSub::Docs(names) => {
+            let found: Vec<&CommandSpec> = if names.is_empty() {
+                ALL_COMMANDS.iter().collect()
+            } else {
+                names.iter().filter_map(|n| table::lookup(n)).collect()
+            };
+            w.map(found.len());
+            for cmd in found {
+                table::write_docs(&mut w, cmd);
+            }
+        }
+        CommandSub::GetKeys(keys) => {
+            w.array(keys.len());
+            for k in keys {
+                w.bulk(&k);
+            }
+        }
+        CommandSub::Help => {
+            let lines = [
+                "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "(no subcommand)",
+                "    Return details about all commands.",
+                "COUNT",
+                "    Return the total number of commands in this server.",
+                "LIST",
+                "    Return a list of all commands in this server.",
+                "INFO [<command-name> ...]",
+                "    Return details about multiple commands.",
+                "    If no command names are given, documentation details for all",
+                "    commands are returned.",
+                "DOCS [<command-name> ...]",
+                "    Return documentation details about multiple commands.",
+                "    If no command names are given, documentation details for all",
+                "    commands are returned.",
+                "GETKEYS <full-command>",
+                "    Return the keys from a full command.",
+                "LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]",
+                "    Return a list of all commands in this server, filtered by module, ACL",
+                "    category or a glob-style pattern.",
+                "HELP",
+                "    Print this help.",
+            ];
+            write_help(&mut w, &lines);
+        }
+    }
+    Ok(())
+}
+
+async fn config(c: &mut Conn, cmd: ConfigCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    match cmd {
+        ConfigCmd::Get(patterns) => {
+            let hits = live::config_get(c.node(), &patterns);
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            w.map(hits.len());
+            for (k, v) in hits {
+                w.kv_str(&k, &v);
+            }
+        }
+        ConfigCmd::Set(pairs) => {
+            let applied = live::config_set(c.node(), &pairs).map_err(fail)?;
+            if applied.caps_switched {
+                c.sync_caps().await?;
+            }
+            ReplyWriter::new(buf, c.resp3()).ok();
+        }
+        ConfigCmd::ResetStat => {
+            for s in &c.node().shards {
+                s.stats.errors.reset();
+            }
+            let st = &c.node().stats;
+            st.connections_received.store(0, Ordering::Relaxed);
+            st.rejected_connections.store(0, Ordering::Relaxed);
+            st.protocol_errors.store(0, Ordering::Relaxed);
+            ReplyWriter::new(buf, c.resp3()).ok();
+        }
+        ConfigCmd::Help => {
+            let lines = [
+                "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "GET <pattern>",
+                "    Return parameters matching the glob-like <pattern> and their values.",
+                "SET <directive> <value>",
+                "    Set the configuration <directive> to <value>.",
+                "RESETSTAT",
+                "    Reset statistics reported by the INFO command.",
+                "HELP",
+                "    Prints this help.",
+            ];
+            write_help(&mut ReplyWriter::new(buf, c.resp3()), &lines);
+        }
+    }
+    Ok(())
 }

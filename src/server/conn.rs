@@ -18,7 +18,9 @@
 //!   growth passes it is closed.
 
 use super::{ClientInfo, Node};
+use crate::cmd::connection::ConnectionCmd;
 use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::transactions::TxnCmd;
 use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser, encode};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
@@ -107,14 +109,14 @@ enum TxnItem {
 }
 
 /// One client connection.
-pub(super) struct Conn {
+pub(crate) struct Conn {
     pub(super) node: Arc<Node>,
     pub(super) core: CoreRef,
     pub(super) my_shard: usize,
     pub(super) info: Arc<ClientInfo>,
-    pub(super) resp3: bool,
-    pub(super) authed: bool,
-    pub(super) quit: bool,
+    resp3: bool,
+    authed: bool,
+    quit: bool,
     round: Round,
     stream: TcpStream,
     rbuf: BytesMut,
@@ -377,18 +379,18 @@ impl Conn {
                         encode(&mut ReplyWriter::new(&mut self.out, self.resp3), &reply);
                     }
                 }
-                Ok(Parsed::Node(spec, args)) => match spec.name {
-                    "multi" => {
+                Ok(Parsed::Node(_, Ok(NodeCmd::Transaction(t)))) => match t {
+                    TxnCmd::Multi => {
                         self.txn = Some(Txn::default());
                         self.local_reply(|w| w.ok());
                     }
-                    "exec" => self.local_error("ERR EXEC without MULTI"),
-                    "discard" => self.local_error("ERR DISCARD without MULTI"),
+                    TxnCmd::Exec => self.local_error("ERR EXEC without MULTI"),
+                    TxnCmd::Discard => self.local_error("ERR DISCARD without MULTI"),
                     // Nothing is ever watched, so there is nothing to forget.
-                    "unwatch" => self.local_reply(|w| w.ok()),
-                    "watch" => self.local_error(WATCH_UNSUPPORTED),
-                    _ => self.node_cmd(spec, args).await?,
+                    TxnCmd::Unwatch => self.local_reply(|w| w.ok()),
+                    TxnCmd::Watch => self.local_error(WATCH_UNSUPPORTED),
                 },
+                Ok(Parsed::Node(spec, args)) => self.node_cmd(spec, args).await?,
             }
         }
         self.flush().await
@@ -569,26 +571,27 @@ impl Conn {
                 self.local_error(&e.message());
                 return Ok(());
             }
-            Ok(Parsed::Node(spec, args)) => match spec.name {
-                "exec" => return self.exec().await,
-                "discard" => {
+            Ok(Parsed::Node(spec, args)) => match &args {
+                Ok(NodeCmd::Transaction(TxnCmd::Exec)) => return self.exec().await,
+                Ok(NodeCmd::Transaction(TxnCmd::Discard)) => {
                     self.txn = None;
                     self.local_reply(|w| w.ok());
                     return Ok(());
                 }
-                "multi" => {
+                Ok(NodeCmd::Transaction(TxnCmd::Multi)) => {
                     self.local_error("ERR MULTI calls can not be nested");
                     return Ok(());
                 }
-                "watch" => {
+                Ok(NodeCmd::Transaction(TxnCmd::Watch)) => {
                     self.local_error("ERR WATCH inside MULTI is not allowed");
                     return Ok(());
                 }
                 // These act at once, as in Redis: QUIT closes, RESET also ends the transaction.
-                "quit" | "reset" => {
-                    if spec.name == "reset" {
-                        self.txn = None;
-                    }
+                Ok(NodeCmd::Connection(ConnectionCmd::Quit)) => {
+                    return self.node_cmd(spec, args).await;
+                }
+                Ok(NodeCmd::Connection(ConnectionCmd::Reset)) => {
+                    self.txn = None;
                     return self.node_cmd(spec, args).await;
                 }
                 _ => TxnItem::Node(spec, args),
@@ -705,7 +708,80 @@ impl Conn {
         args: Result<NodeCmd, ArgError>,
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
-        super::node_cmds::run(self, spec, args, buf).await
+        cmd::node::run(self, spec, args, buf).await
+    }
+}
+
+/// What node commands (`cmd::node`) see of the connection that sent them.
+impl Conn {
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub(crate) fn info(&self) -> &ClientInfo {
+        &self.info
+    }
+
+    /// Whether replies use RESP3.
+    pub(crate) fn resp3(&self) -> bool {
+        self.resp3
+    }
+
+    /// Switches the reply protocol, and what CLIENT LIST shows of it.
+    pub(crate) fn set_resp3(&mut self, v: bool) {
+        self.resp3 = v;
+        super::lock(&self.info.meta).resp = if v { 3 } else { 2 };
+    }
+
+    pub(crate) fn authed(&self) -> bool {
+        self.authed
+    }
+
+    pub(crate) fn set_authed(&mut self, v: bool) {
+        self.authed = v;
+    }
+
+    /// Closes the connection once the current reply is written; nothing after it in the
+    /// pipeline runs.
+    pub(crate) fn close_after_reply(&mut self) {
+        self.quit = true;
+    }
+
+    /// Runs one command on shard `s` and returns its replies.
+    pub(crate) async fn run_on_shard(
+        &self,
+        s: usize,
+        cmd: KeyCmd,
+    ) -> Result<Vec<Reply>, ShardGone> {
+        self.dispatch(s, vec![cmd]).await?.replies().await
+    }
+
+    /// Runs a command on every shard and returns the replies.
+    pub(crate) async fn on_every_shard(
+        &self,
+        make: impl Fn() -> KeyCmd,
+    ) -> Result<Vec<Reply>, ShardGone> {
+        self.all_shards(make).await
+    }
+
+    /// Has every shard start or stop counting its keys in the caps now, and waits for all of
+    /// them, so a cap switched on is in force everywhere once CONFIG SET has answered.
+    pub(crate) async fn sync_caps(&mut self) -> Result<(), ShardGone> {
+        let mut waits = Vec::new();
+        for s in &self.node.shards {
+            if s.id == self.my_shard {
+                self.core.borrow_mut().store.sync_caps();
+            } else {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                s.send(crate::shard::ShardMsg::SyncCaps { reply: tx })
+                    .await?;
+                waits.push(rx);
+            }
+        }
+        for rx in waits {
+            rx.await.map_err(|_| ShardGone)?;
+        }
+        Ok(())
     }
 }
 

@@ -173,7 +173,7 @@ fn current(node: &Node, name: &str) -> String {
 /// CONFIG GET: every parameter matching any of `patterns`, as Redis 7.0 answers: a pattern
 /// without glob characters is looked up by name and answered under the name as given; a glob
 /// (matched ignoring case) answers under the parameters' own names; each parameter once.
-pub(super) fn config_get(node: &Node, patterns: &[Bytes]) -> Vec<(String, String)> {
+pub(crate) fn config_get(node: &Node, patterns: &[Bytes]) -> Vec<(String, String)> {
     let mut found: Vec<(String, &'static str)> = Vec::new();
     let mut add = |shown: String, name: &'static str| {
         if !found.iter().any(|(_, n)| *n == name) {
@@ -217,14 +217,14 @@ enum Change {
 }
 
 /// What a successful CONFIG SET changed that the caller must still act on.
-pub(super) struct Applied {
+pub(crate) struct Applied {
     /// The key or memory cap was switched on or off: the shards must sync with it.
     pub caps_switched: bool,
 }
 
 /// CONFIG SET with one or more `name value` pairs, all or nothing. Errors are Redis 7.0's
 /// replies word for word.
-pub(super) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applied, String> {
+pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applied, String> {
     let mut chosen: Vec<(&'static str, &Bytes)> = Vec::with_capacity(pairs.len());
     // Redis reports the first unknown, read-only or repeated name, as the client spelled it.
     for (name, value) in pairs {

@@ -10,11 +10,9 @@
 //! is kept. The shards run their own loops (`crate::shard`).
 
 mod accept;
-mod cluster_cmds;
-mod conn;
-mod info;
-mod live;
-mod node_cmds;
+pub(crate) mod conn;
+pub(crate) mod info;
+pub(crate) mod live;
 mod scatter;
 
 pub use live::LiveSettings;
@@ -23,15 +21,11 @@ use crate::clock::Clock;
 use crate::cluster::node::Cluster;
 use crate::config::Settings;
 use crate::error::StartError;
-// The node commands write shards' replies with it, as `super::encode`.
-use crate::protocol::encode;
 use crate::rules::RuleStore;
 use crate::shard::{self, ShardCore, ShardHandle, ShardInbox, ShardMsg};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::slot::key_slot;
 use crate::store::Store;
-// The node commands take the connection as `super::Conn`.
-use conn::Conn;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -79,6 +73,34 @@ pub struct ClientInfo {
     kill_requested: std::sync::atomic::AtomicBool,
     /// Wakes the connection when `kill_requested` is set (`ClientInfo::killed`).
     kill_signal: tokio::sync::Notify,
+}
+
+impl ClientInfo {
+    /// Asks the connection to close (CLIENT KILL, the idle timeout). It closes as soon as its
+    /// loop sees `killed` resolve; until then it is already left out of CLIENT LIST and KILL.
+    pub fn kill(&self) {
+        self.kill_requested.store(true, Ordering::Release);
+        self.kill_signal.notify_waiters();
+    }
+
+    pub fn is_killed(&self) -> bool {
+        self.kill_requested.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the client has been killed; cancel-safe, so it can sit in a `select!`
+    /// that is re-entered on every read.
+    pub async fn killed(&self) {
+        loop {
+            let notified = self.kill_signal.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is checked, so a kill in between is not missed.
+            notified.as_mut().enable();
+            if self.is_killed() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 #[derive(Default, Clone)]
@@ -148,7 +170,7 @@ impl Node {
         }
     }
 
-    fn uptime_ms(&self) -> u64 {
+    pub(crate) fn uptime_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }
@@ -317,7 +339,7 @@ fn fresh_run(shard: usize) -> u64 {
 
 /// Locks a mutex that is never held across a panic-prone section; a poisoned one is still
 /// usable because every writer leaves it consistent.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
