@@ -9,7 +9,8 @@ use super::{Finish, NodeCmd, Trailing, msg};
 use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
 use crate::server::conn::Conn;
-use crate::server::{ClientInfo, REDIS_COMPAT_VERSION, lock};
+use crate::server::{ClientInfo, REDIS_COMPAT_VERSION};
+use crate::sync::lock;
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
 

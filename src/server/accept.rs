@@ -2,9 +2,10 @@
 //! and each shard adopts its own, registers it for CLIENT LIST and serves it.
 
 use super::conn::Conn;
-use super::{ClientInfo, ClientMeta, Node, lock};
+use super::{ClientInfo, ClientMeta, Node};
 use crate::shard::{CoreRef, ShardMsg};
 use crate::shutdown::Shutdown;
+use crate::sync::lock;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

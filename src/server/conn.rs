@@ -730,7 +730,7 @@ impl Conn {
     /// Switches the reply protocol, and what CLIENT LIST shows of it.
     pub(crate) fn set_resp3(&mut self, v: bool) {
         self.resp3 = v;
-        super::lock(&self.info.meta).resp = if v { 3 } else { 2 };
+        crate::sync::lock(&self.info.meta).resp = if v { 3 } else { 2 };
     }
 
     pub(crate) fn authed(&self) -> bool {

@@ -5,11 +5,12 @@
 //! current value of each run-time setting in an atomic, so the paths that read them (every
 //! read of a connection, every accept) pay a relaxed load and never a lock.
 
-use super::{Node, lock};
+use super::Node;
 use crate::config::Settings;
 use crate::protocol::RequestLimits;
 use crate::shutdown::Shutdown;
 use crate::store::Caps;
+use crate::sync::lock;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use std::sync::Arc;

@@ -337,12 +337,6 @@ fn fresh_run(shard: usize) -> u64 {
     h.finish()
 }
 
-/// Locks a mutex that is never held across a panic-prone section; a poisoned one is still
-/// usable because every writer leaves it consistent.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 async fn sample_rates(node: Arc<Node>, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let total = |node: &Node| -> (u64, u64) {
