@@ -6,12 +6,12 @@
 //! too, and a `\` at the very end of the pattern is a literal backslash.
 
 /// True if `text` matches `pattern`, case-sensitively (KEYS, SCAN).
-pub fn matches(pattern: &[u8], text: &[u8]) -> bool {
+pub(crate) fn matches(pattern: &[u8], text: &[u8]) -> bool {
     matches_with(pattern, text, false)
 }
 
 /// True if `text` matches `pattern`, ignoring ASCII case (CONFIG GET, COMMAND LIST).
-pub fn matches_nocase(pattern: &[u8], text: &[u8]) -> bool {
+pub(crate) fn matches_nocase(pattern: &[u8], text: &[u8]) -> bool {
     matches_with(pattern, text, true)
 }
 

@@ -20,6 +20,8 @@
 //! that only wants the client builds with `default-features = false, features = ["http"]`, and
 //! then compiles neither the server nor openraft.
 
+#![warn(unreachable_pub)]
+
 #[cfg(feature = "client")]
 pub mod client;
 pub mod clock;

@@ -67,7 +67,7 @@ impl RuleSet {
 }
 
 /// A rule name must not look like an inline spec (no '/') and must be printable.
-pub fn validate_name(name: &str) -> Result<(), String> {
+pub(crate) fn validate_name(name: &str) -> Result<(), String> {
     if name.is_empty()
         || name.len() > 128
         || name.contains('/')

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 /// Fires every `Shutdown` listener of its channel.
 #[derive(Debug)]
-pub struct Trigger {
+pub(crate) struct Trigger {
     tx: watch::Sender<bool>,
 }
 
@@ -26,14 +26,14 @@ pub struct Shutdown {
 }
 
 /// A trigger and the first of its listeners.
-pub fn channel() -> (Trigger, Shutdown) {
+pub(crate) fn channel() -> (Trigger, Shutdown) {
     let (tx, rx) = watch::channel(false);
     (Trigger { tx }, Shutdown { rx, fired: false })
 }
 
 impl Trigger {
     /// Fires every listener, those waiting now and those that look later.
-    pub fn fire(&self) {
+    pub(crate) fn fire(&self) {
         // Only `true` is ever sent, so any change a listener sees is the signal. With no
         // listener left there is no one to tell.
         let _ = self.tx.send(true);

@@ -1,14 +1,14 @@
 //! Cluster mode: hash slots split over a fixed number of Raft groups, each replicated on R
 //! nodes.
 
-pub mod log_store;
-pub mod node;
-pub mod proposer;
-pub mod quiet;
-pub mod spec;
-pub mod state_machine;
-pub mod transport;
-pub mod typ;
+pub(crate) mod log_store;
+pub(crate) mod node;
+pub(crate) mod proposer;
+pub(crate) mod quiet;
+pub(crate) mod spec;
+pub(crate) mod state_machine;
+pub(crate) mod transport;
+pub(crate) mod typ;
 
 /// A timer for a node's periodic task: a tick that comes late is not made up for.
 pub(crate) fn ticker(period: std::time::Duration) -> tokio::time::Interval {

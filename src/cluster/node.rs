@@ -134,11 +134,11 @@ impl Executor for ShardExecutor {
     }
 }
 
-pub type GroupRaft = openraft::Raft<TypeConfig, GroupStateMachine<ShardExecutor>>;
+pub(crate) type GroupRaft = openraft::Raft<TypeConfig, GroupStateMachine<ShardExecutor>>;
 
 /// Builds each group's network client: every group shares the node's one `Network`.
 #[derive(Clone)]
-pub struct NetFactory(GroupNetworkFactory<Network, GroupId>);
+pub(crate) struct NetFactory(GroupNetworkFactory<Network, GroupId>);
 
 impl RaftNetworkFactory<TypeConfig> for NetFactory {
     type Network = GroupNetworkAdapter<TypeConfig, GroupId, Network>;

@@ -66,7 +66,7 @@ pub struct Proposer {
 }
 
 /// An entry to propose: the group, its origin, its commands.
-pub type Proposed = (GroupId, Origin, Vec<KeyCmd>);
+pub(crate) type Proposed = (GroupId, Origin, Vec<KeyCmd>);
 
 impl Proposer {
     pub fn new(cluster: Arc<Cluster>, run: u64) -> Proposer {
@@ -241,7 +241,7 @@ fn finish_one(batch: &BatchRef, refused: Option<&str>) {
 
 /// Runs on the shard's event loop: after each turn that gathered something, proposes every
 /// group's entry of that turn.
-pub async fn propose_turns(core: crate::shard::CoreRef, kick: Rc<Notify>) {
+pub(crate) async fn propose_turns(core: crate::shard::CoreRef, kick: Rc<Notify>) {
     loop {
         kick.notified().await;
         // Let every connection task that is ready run first, so what they hand the shard

@@ -118,7 +118,7 @@ impl std::fmt::Display for VoteRefusal {
 
 /// Timings of quiet groups, derived from the Raft timings.
 #[derive(Debug, Clone, Copy)]
-pub struct QuietTimings {
+pub(crate) struct QuietTimings {
     /// How long a group must be idle before its leader quiets it; `None`: never.
     pub after: Option<Duration>,
     /// How often pings go out (the heartbeat interval).
@@ -133,7 +133,11 @@ impl QuietTimings {
     /// The promise lasts the shortest election timeout, the lease a heartbeat interval less
     /// (see the module comment). With a lease no longer than the interval a quiet leader would
     /// lose its lease between pings, so then groups are never quieted.
-    pub fn new(after: Option<Duration>, heartbeat_ms: u64, election_min_ms: u64) -> QuietTimings {
+    pub(crate) fn new(
+        after: Option<Duration>,
+        heartbeat_ms: u64,
+        election_min_ms: u64,
+    ) -> QuietTimings {
         let interval = Duration::from_millis(heartbeat_ms.max(1));
         let promise = Duration::from_millis(election_min_ms);
         let lease = promise.saturating_sub(interval);
@@ -193,7 +197,7 @@ impl GroupState {
 }
 
 /// One node's quiet-group bookkeeping, for every group it holds a replica of.
-pub struct Quiet {
+pub(crate) struct Quiet {
     me: NodeId,
     t: QuietTimings,
     born: Instant,
@@ -215,7 +219,12 @@ pub struct Quiet {
 }
 
 impl Quiet {
-    pub fn new(me: NodeId, t: QuietTimings, replicas: Vec<Vec<NodeId>>, restarted: bool) -> Quiet {
+    pub(crate) fn new(
+        me: NodeId,
+        t: QuietTimings,
+        replicas: Vec<Vec<NodeId>>,
+        restarted: bool,
+    ) -> Quiet {
         let n = replicas.len();
         Quiet {
             me,
@@ -232,7 +241,7 @@ impl Quiet {
         }
     }
 
-    pub fn timings(&self) -> QuietTimings {
+    pub(crate) fn timings(&self) -> QuietTimings {
         self.t
     }
 
@@ -247,7 +256,7 @@ impl Quiet {
     }
 
     /// How many groups this node leads quietly now.
-    pub fn quiet_led(&self) -> usize {
+    pub(crate) fn quiet_led(&self) -> usize {
         self.quiet_led
             .iter()
             .filter(|q| q.load(Ordering::Relaxed))
@@ -255,17 +264,17 @@ impl Quiet {
     }
 
     /// Whether this node leads `g` quietly now.
-    pub fn is_quiet_led(&self, g: GroupId) -> bool {
+    pub(crate) fn is_quiet_led(&self, g: GroupId) -> bool {
         Self::flag(&self.quiet_led, g)
     }
 
     /// How many times a group led here was woken from quiet so far.
-    pub fn wakes(&self) -> u64 {
+    pub(crate) fn wakes(&self) -> u64 {
         self.wakes.load(Ordering::Relaxed)
     }
 
     /// How many groups this node follows with its election timer off now.
-    pub fn silenced(&self) -> usize {
+    pub(crate) fn silenced(&self) -> usize {
         self.silenced
             .iter()
             .filter(|q| q.load(Ordering::Relaxed))
@@ -273,7 +282,7 @@ impl Quiet {
     }
 
     /// Whether the promises of a majority still let this node serve `g` (which it must lead).
-    pub fn lease_holds(&self, g: GroupId) -> bool {
+    pub(crate) fn lease_holds(&self, g: GroupId) -> bool {
         let until = self
             .lease_until
             .get(g as usize)
@@ -334,7 +343,7 @@ impl Quiet {
     /// leader sends a heartbeat at once and waits (a round trip, at most a promise's length)
     /// for the acknowledgement before the write goes on. The quiet lease stays meanwhile: the
     /// promises behind it still bind until they run out.
-    pub async fn on_write(&self, cluster: &Cluster, g: GroupId, raft: &GroupRaft) {
+    pub(crate) async fn on_write(&self, cluster: &Cluster, g: GroupId, raft: &GroupRaft) {
         if let Some(a) = self.active.get(g as usize) {
             a.store(self.now_ms(), Ordering::Relaxed);
         }
@@ -372,7 +381,7 @@ impl Quiet {
 
     /// Before this node hands `g`'s leadership over: wake it, and stop serving on promises,
     /// since the transfer's election is one the followers take part in despite them.
-    pub fn before_transfer(&self, g: GroupId, raft: &GroupRaft) {
+    pub(crate) fn before_transfer(&self, g: GroupId, raft: &GroupRaft) {
         if let Some(a) = self.active.get(g as usize) {
             a.store(self.now_ms(), Ordering::Relaxed);
         }
@@ -386,7 +395,11 @@ impl Quiet {
     /// Whether this node may answer a vote (or pre-vote) request for `g` now; `Err` says why
     /// not. A refused request fails as if this node were unreachable, so the candidate counts
     /// no vote here and tries again later.
-    pub fn may_vote(&self, g: GroupId, req: &VoteRequest<TypeConfig>) -> Result<(), VoteRefusal> {
+    pub(crate) fn may_vote(
+        &self,
+        g: GroupId,
+        req: &VoteRequest<TypeConfig>,
+    ) -> Result<(), VoteRefusal> {
         // A transfer's election is started on the leader's word, which wakes first.
         if req.leadership_transfer {
             return Ok(());
@@ -412,7 +425,7 @@ impl Quiet {
 
     /// A vote request for `g` passed `may_vote` and is about to be handled. A transfer's vote
     /// hands the leadership over, so a leader's quiet lease ends before it can grant it.
-    pub fn before_vote(&self, g: GroupId, req: &VoteRequest<TypeConfig>) {
+    pub(crate) fn before_vote(&self, g: GroupId, req: &VoteRequest<TypeConfig>) {
         if req.leadership_transfer && (Self::flag(&self.quiet_led, g) || self.lease_holds(g)) {
             let mut all = lock(&self.state);
             if let Some(st) = all.get_mut(g as usize) {
@@ -436,7 +449,7 @@ impl Quiet {
     /// Only now, not before: a granted vote renews Raft's election timeout, which on a quiet
     /// follower ran out long ago, so turning elections on first could start an election of
     /// this node's own that races the candidate's.
-    pub fn after_vote(&self, g: GroupId, raft: &GroupRaft) {
+    pub(crate) fn after_vote(&self, g: GroupId, raft: &GroupRaft) {
         if !Self::flag(&self.quiet_led, g) && !Self::flag(&self.silenced, g) {
             return;
         }
@@ -447,7 +460,7 @@ impl Quiet {
     /// a stale leader (its term is behind ours), someone leads the group with heartbeats now:
     /// this follower's timer is on again, renewed by this very append, and a node that led the
     /// group quietly has lost it.
-    pub fn after_append(
+    pub(crate) fn after_append(
         &self,
         g: GroupId,
         raft: &GroupRaft,
@@ -473,14 +486,14 @@ impl Quiet {
     /// elected and will have to heartbeat, so its ticker goes back on. Elections stay off:
     /// Raft's timeout is long past on a quiet follower, and an election of its own would
     /// race the transfer's.
-    pub fn on_transfer(&self, g: GroupId, raft: &GroupRaft) {
+    pub(crate) fn on_transfer(&self, g: GroupId, raft: &GroupRaft) {
         if Self::flag(&self.silenced, g) {
             raft.runtime_config().tick(true);
         }
     }
 
     /// This node's ping to `peer`: the groups it leads quietly that `peer` holds a replica of.
-    pub fn ping(&self, peer: NodeId) -> Ping {
+    pub(crate) fn ping(&self, peer: NodeId) -> Ping {
         let all = lock(&self.state);
         let quiet = all
             .iter()
@@ -500,7 +513,7 @@ impl Quiet {
 
     /// Answers a peer's ping: promises to stay quiet for each listed group this node follows
     /// the sender in, at the listed term, and silences those groups here.
-    pub fn on_ping(&self, cluster: &Cluster, ping: &Ping) -> PingAck {
+    pub(crate) fn on_ping(&self, cluster: &Cluster, ping: &Ping) -> PingAck {
         let now = Instant::now();
         let mut promised = Vec::new();
         let mut all = lock(&self.state);
@@ -533,7 +546,7 @@ impl Quiet {
 
     /// `peer` answered the ping sent at `sent`: its promises extend the quiet leases; a group
     /// it did not promise for is woken, so that heartbeats find out why.
-    pub fn answered(
+    pub(crate) fn answered(
         &self,
         cluster: &Cluster,
         peer: NodeId,
@@ -674,7 +687,11 @@ impl Quiet {
 }
 
 /// Runs `Quiet::look` every heartbeat interval until the node stops.
-pub async fn run(cluster: Weak<Cluster>, every: Duration, mut shutdown: crate::shutdown::Shutdown) {
+pub(crate) async fn run(
+    cluster: Weak<Cluster>,
+    every: Duration,
+    mut shutdown: crate::shutdown::Shutdown,
+) {
     let mut tick = super::ticker(every);
     while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = cluster.upgrade() else { return };
@@ -683,7 +700,7 @@ pub async fn run(cluster: Weak<Cluster>, every: Duration, mut shutdown: crate::s
 }
 
 /// Builds the node's pings and takes their answers, for `transport::ping_peers`.
-pub struct QuietPinger(pub Weak<Cluster>);
+pub(crate) struct QuietPinger(pub Weak<Cluster>);
 
 impl Pinger for QuietPinger {
     fn ping(&self, peer: NodeId) -> Ping {

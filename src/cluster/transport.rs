@@ -347,7 +347,7 @@ impl Faults {
 }
 
 /// Serves requests that peers send to this node.
-pub trait Handler: Send + Sync + 'static {
+pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(
         &self,
         group: GroupId,
@@ -717,7 +717,7 @@ impl Network {
 }
 
 /// Builds the node-level pings and takes their answers.
-pub trait Pinger: Send + Sync + 'static {
+pub(crate) trait Pinger: Send + Sync + 'static {
     /// The ping to send `peer` now.
     fn ping(&self, peer: NodeId) -> Ping;
     /// `peer` answered `ping`, which was sent at `sent`.
@@ -728,7 +728,7 @@ pub trait Pinger: Send + Sync + 'static {
 /// that the promises a quiet leader's followers make run out together), with at most one
 /// ping in flight per peer. An answer counts from when its ping was sent (the peer answered
 /// some moment after that), and like any response it counts as hearing from the peer.
-pub fn ping_peers<P: Pinger>(
+pub(crate) fn ping_peers<P: Pinger>(
     net: &Network,
     pinger: Arc<P>,
     every: Duration,
@@ -771,7 +771,7 @@ pub fn ping_peers<P: Pinger>(
 }
 
 /// Accepts peer connections and serves their requests with `handler`.
-pub async fn serve<H: Handler>(
+pub(crate) async fn serve<H: Handler>(
     listener: TcpListener,
     handler: Arc<H>,
     net: Network,

@@ -68,7 +68,7 @@ openraft::declare_raft_types!(
 pub type Entry = <TypeConfig as openraft::RaftTypeConfig>::Entry;
 pub type LogId = openraft::type_config::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::type_config::alias::VoteOf<TypeConfig>;
-pub type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
-pub type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
-pub type LogState = openraft::storage::LogState<TypeConfig>;
-pub type GroupSnapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;
+pub(crate) type SnapshotMeta = openraft::type_config::alias::SnapshotMetaOf<TypeConfig>;
+pub(crate) type StoredMembership = openraft::type_config::alias::StoredMembershipOf<TypeConfig>;
+pub(crate) type LogState = openraft::storage::LogState<TypeConfig>;
+pub(crate) type GroupSnapshot = openraft::type_config::alias::SnapshotOf<TypeConfig, Vec<u8>>;

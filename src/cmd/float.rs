@@ -200,7 +200,7 @@ impl Big {
 
 /// A finite `long double`: `(-1)^neg * mant * 2^exp`, `mant` normalised to its top bit, or 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LongDouble {
+pub(crate) struct LongDouble {
     neg: bool,
     mant: u64,
     exp: i64,
@@ -208,13 +208,13 @@ pub struct LongDouble {
 
 /// What `strtold` produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Parsed {
+pub(crate) enum Parsed {
     Finite(LongDouble),
     Infinite,
 }
 
 impl LongDouble {
-    pub fn from_i64(v: i64) -> LongDouble {
+    pub(crate) fn from_i64(v: i64) -> LongDouble {
         round(
             v < 0,
             &Big::from_u128(u128::from(v.unsigned_abs())),
@@ -284,7 +284,7 @@ fn round(neg: bool, m: &Big, exp: i64, sticky: bool) -> Option<LongDouble> {
 /// Reads a number as Redis's `string2ld` does: `strtold` syntax (decimal, hexadecimal with a
 /// binary exponent, `inf`/`infinity`), the whole string, no leading space; NaN, a result that
 /// overflows, and one that underflows to zero are refused.
-pub fn parse(s: &[u8]) -> Option<Parsed> {
+pub(crate) fn parse(s: &[u8]) -> Option<Parsed> {
     if s.is_empty() || s.len() >= MAX_CHARS {
         return None;
     }
@@ -426,7 +426,7 @@ fn parse_hex(neg: bool, body: &[u8]) -> Option<LongDouble> {
 }
 
 /// `a + b`, correctly rounded; None when the sum overflows.
-pub fn add(a: LongDouble, b: LongDouble) -> Option<LongDouble> {
+pub(crate) fn add(a: LongDouble, b: LongDouble) -> Option<LongDouble> {
     if a.mant == 0 {
         return Some(if b.mant == 0 {
             LongDouble {
@@ -460,7 +460,7 @@ pub fn add(a: LongDouble, b: LongDouble) -> Option<LongDouble> {
 
 /// Formats as Redis's human-friendly `ld2string`: `%.17Lf`, trailing zeros (and a bare point)
 /// removed, `-0` written as `0`. Never exponent notation.
-pub fn format(v: LongDouble) -> String {
+pub(crate) fn format(v: LongDouble) -> String {
     const SCALE: u128 = 100_000_000_000_000_000; // 10^17
     let (int, frac) = if v.mant == 0 {
         (Big(Vec::new()), 0u128)

@@ -18,13 +18,13 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
-pub use super::limits::summarize;
+pub(crate) use super::limits::summarize;
 
 pub(super) const NS_PER_MS: u64 = 1_000_000;
 
 /// The largest reply MGET builds; a larger one is refused (`MGET k k k ...` of a large value
 /// would otherwise make the node hold many copies of it).
-pub const MAX_REPLY_BYTES: usize = 64 << 20;
+pub(crate) const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// How SET treats an existing key.
 ///
@@ -250,7 +250,7 @@ pub enum KeyCmd {
 
 /// A limit decision as it goes on the wire:
 /// `[allowed, limit, remaining, retry_after_ms, reset_after_ms]`.
-pub type LimitReply = [i64; 5];
+pub(crate) type LimitReply = [i64; 5];
 
 impl KeyCmd {
     /// The key a one-key command works on (None for the others): what a batch looks up
@@ -319,7 +319,7 @@ pub(super) const OVERFLOW: &str = "ERR increment or decrement would overflow";
 pub(super) const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub(super) const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
 /// The answer to a command whose reply would pass `MAX_REPLY_BYTES`.
-pub const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
+pub(crate) const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
 
 pub(super) fn ceil_ms(ns: u64) -> i64 {
     i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(i64::MAX)
@@ -327,7 +327,7 @@ pub(super) fn ceil_ms(ns: u64) -> i64 {
 
 /// Turns a decision into its wire form, with times rounded up to whole milliseconds so a
 /// client that waits `retry_after` is never early.
-pub fn limit_reply(d: &Decision) -> LimitReply {
+pub(crate) fn limit_reply(d: &Decision) -> LimitReply {
     [
         i64::from(d.allowed),
         i64::try_from(d.limit).unwrap_or(i64::MAX),

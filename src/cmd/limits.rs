@@ -126,7 +126,7 @@ fn parse_cost_peek(a: &mut Args) -> Result<(u64, bool), ArgError> {
 }
 
 /// Resolves a limit argument: an inline spec (it contains '/') or the name of a rule.
-pub fn resolve_spec(spec: &[u8], rules: &RuleSet) -> Result<Rule, ArgError> {
+pub(crate) fn resolve_spec(spec: &[u8], rules: &RuleSet) -> Result<Rule, ArgError> {
     let s =
         std::str::from_utf8(spec).map_err(|_| ArgError::Msg("ERR invalid limit spec".into()))?;
     if s.contains('/') {
@@ -268,7 +268,7 @@ fn check_all_once(
 
 /// Picks the limit that decides a multi-limit check: when allowed, the one with the least
 /// remaining; when denied, the refusing one with the longest wait (-1, never, longest of all).
-pub fn summarize(each: &[LimitReply], allowed: bool) -> LimitReply {
+pub(crate) fn summarize(each: &[LimitReply], allowed: bool) -> LimitReply {
     let pick = if allowed {
         each.iter().min_by_key(|r| (r[2], -r[4]))
     } else {

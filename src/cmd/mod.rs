@@ -21,21 +21,21 @@
 //!   matching on `TxnCmd`.
 //!
 //! Parsing checks arity and every argument, so shards only ever see well-formed work.
-pub mod cell;
-pub mod cluster;
-pub mod connection;
-pub mod expiry;
-pub mod float;
-pub mod keyed;
-pub mod keyspace;
-pub mod limits;
+pub(crate) mod cell;
+pub(crate) mod cluster;
+pub(crate) mod connection;
+pub(crate) mod expiry;
+pub(crate) mod float;
+pub(crate) mod keyed;
+pub(crate) mod keyspace;
+pub(crate) mod limits;
 pub(crate) mod node;
-pub mod rules;
-pub mod scan;
-pub mod server;
-pub mod strings;
-pub mod table;
-pub mod transactions;
+pub(crate) mod rules;
+pub(crate) mod scan;
+pub(crate) mod server;
+pub(crate) mod strings;
+pub(crate) mod table;
+pub(crate) mod transactions;
 
 use crate::limiter::Rule;
 use crate::protocol::{ArgError, Args, Request};
@@ -44,7 +44,7 @@ use bytes::Bytes;
 use keyed::KeyCmd;
 use table::{CommandSpec, Parser};
 
-pub use limits::resolve_spec;
+pub(crate) use limits::resolve_spec;
 
 /// A parsed request.
 pub enum Parsed {
@@ -173,7 +173,7 @@ pub fn parse(req: Request, rules: &RuleSet) -> Result<Parsed, ParseError> {
 /// What a command answers when arguments are left over after its last one: Redis words it
 /// per command.
 #[derive(Clone, Copy)]
-pub enum Trailing {
+pub(crate) enum Trailing {
     /// `ERR syntax error`
     Syntax,
     /// The command's own wrong-number-of-arguments error.
@@ -183,7 +183,7 @@ pub enum Trailing {
 }
 
 /// How every parser ends: `finish_as` refuses leftover arguments with the command's error.
-pub trait Finish {
+pub(crate) trait Finish {
     fn finish_as(&self, trailing: Trailing) -> Result<(), ArgError>;
 }
 

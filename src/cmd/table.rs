@@ -166,7 +166,7 @@ const COUNT: usize = {
 };
 
 /// Every command, in `COMMAND`'s order.
-pub static COMMANDS: &[CommandSpec] = &ALL;
+pub(crate) static COMMANDS: &[CommandSpec] = &ALL;
 
 static ALL: [CommandSpec; COUNT] = {
     let mut out = [FAMILIES[0][0]; COUNT];
@@ -185,7 +185,7 @@ static ALL: [CommandSpec; COUNT] = {
 
 /// Subcommands of container commands that CLIENT LIST shows as `cmd=container|sub`, and
 /// COMMAND LIST lists after the commands.
-pub static SUBCOMMANDS: &[&str] = &[
+pub(crate) static SUBCOMMANDS: &[&str] = &[
     "client|id",
     "client|setname",
     "client|getname",
@@ -216,7 +216,7 @@ pub static SUBCOMMANDS: &[&str] = &[
 
 /// What a container command's subcommand is remembered by: its index in `SUBCOMMANDS` plus
 /// one, or 0 when it is not one of them.
-pub fn subcommand(container: &str, sub: &str) -> usize {
+pub(crate) fn subcommand(container: &str, sub: &str) -> usize {
     SUBCOMMANDS
         .iter()
         .position(|full| {
@@ -227,7 +227,7 @@ pub fn subcommand(container: &str, sub: &str) -> usize {
 }
 
 /// Finds a command by its name, in any case.
-pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     index_of(name).map(|i| &COMMANDS[i])
 }
 
@@ -236,7 +236,7 @@ const MAX_NAME: usize = 32;
 
 /// Where a command's entry is in `COMMANDS`. Every request goes through here, so it is one
 /// hash lookup of the lowercased name rather than a walk of the table.
-pub fn index_of(name: &[u8]) -> Option<usize> {
+pub(crate) fn index_of(name: &[u8]) -> Option<usize> {
     static INDEX: std::sync::OnceLock<ahash::AHashMap<&'static [u8], usize>> =
         std::sync::OnceLock::new();
     if name.len() > MAX_NAME {
@@ -257,7 +257,7 @@ pub fn index_of(name: &[u8]) -> Option<usize> {
 }
 
 /// True if `argc` (including the command name) fits the spec's arity.
-pub fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
+pub(crate) fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
     let argc = argc as i64;
     if spec.arity >= 0 {
         argc == spec.arity
@@ -267,7 +267,7 @@ pub fn arity_ok(spec: &CommandSpec, argc: usize) -> bool {
 }
 
 /// Writes one 10-field `COMMAND` entry.
-pub fn write_info(w: &mut ReplyWriter, c: &CommandSpec) {
+pub(crate) fn write_info(w: &mut ReplyWriter, c: &CommandSpec) {
     w.array(10);
     w.bulk(c.name.as_bytes());
     w.int(c.arity);
@@ -318,7 +318,7 @@ pub fn write_info(w: &mut ReplyWriter, c: &CommandSpec) {
 }
 
 /// Writes one `COMMAND DOCS` entry (name, then its doc map).
-pub fn write_docs(w: &mut ReplyWriter, c: &CommandSpec) {
+pub(crate) fn write_docs(w: &mut ReplyWriter, c: &CommandSpec) {
     w.bulk(c.name.as_bytes());
     w.map(3);
     w.kv_str("summary", c.summary);

@@ -38,7 +38,7 @@ pub struct Args {
 
 /// Parses a signed 64-bit integer exactly as Redis does: no spaces, no '+', no leading zeros
 /// beyond a lone "0".
-pub fn parse_i64(b: &[u8]) -> Option<i64> {
+pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     if b.is_empty() || b.len() > 20 {
         return None;
     }

@@ -1,10 +1,11 @@
 //! The RESP wire format: requests in, replies out (a shard's typed replies too). Knows nothing
 //! about what a limit means.
 
-pub mod args;
-pub mod reply;
-pub mod request;
+pub(crate) mod args;
+pub(crate) mod reply;
+pub(crate) mod request;
 
-pub use args::{ArgError, Args};
+pub(crate) use args::{ArgError, Args};
 pub use reply::{ReplyWriter, encode};
-pub use request::{Request, RequestLimits, RequestParser, parse_request};
+pub(crate) use request::RequestParser;
+pub use request::{Request, RequestLimits, parse_request};

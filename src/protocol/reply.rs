@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The error codes counted one by one, sorted by name as Redis lists them; any other code is
 /// counted in one more bucket, shown as `OTHER`.
-pub const ERROR_CODES: [&str; 18] = [
+pub(crate) const ERROR_CODES: [&str; 18] = [
     "ASK",
     "BUSY",
     "CLUSTERDOWN",
@@ -78,7 +78,7 @@ thread_local! {
 }
 
 /// Counts every error reply encoded on this thread from now on in `counts`.
-pub fn count_errors_in(counts: Arc<ErrorCounts>) {
+pub(crate) fn count_errors_in(counts: Arc<ErrorCounts>) {
     ERROR_SINK.with_borrow_mut(|s| *s = Some(counts));
 }
 

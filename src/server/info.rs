@@ -5,7 +5,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 /// Resident set size of this process, in bytes (0 where /proc is not available).
-pub fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| {
@@ -44,7 +44,7 @@ fn wanted(sections: &[String], name: &str) -> bool {
 }
 
 /// Renders the requested sections (all when `sections` is empty).
-pub fn render(node: &Node, sections: &[String]) -> String {
+pub(crate) fn render(node: &Node, sections: &[String]) -> String {
     let mut out = String::new();
     let sum = |f: &dyn Fn(&crate::shard::ShardStats) -> u64| -> u64 {
         node.shards.iter().map(|s| f(&s.stats)).sum()

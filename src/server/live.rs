@@ -397,7 +397,7 @@ fn unsigned_in(v: u64, lo: u64, hi: u64) -> Result<u64, String> {
 /// A memory value as Redis's `memtoull` reads it: digits and an optional unit, `b`, `k`
 /// (1000), `kb` (1024), `m`, `mb`, `g` or `gb`, in any case. No sign, no fraction; an empty
 /// number reads as 0 and an overflowing one as the largest value, as glibc's `strtoull` has it.
-pub fn memory(value: &[u8]) -> Option<u64> {
+pub(crate) fn memory(value: &[u8]) -> Option<u64> {
     let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
     let (num, unit) = value.split_at(digits);
     let unit = String::from_utf8_lossy(unit).to_ascii_lowercase();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// How often a shard expires keys, and how many of the store's parts it sweeps each time.
-pub const SWEEP_INTERVAL: Duration = Duration::from_millis(10);
+pub(crate) const SWEEP_INTERVAL: Duration = Duration::from_millis(10);
 const SWEEP_PARTS_PER_TICK: usize = 4;
 
 /// A batch handed to the shard from a connection on it: answered at once, or later (once
@@ -26,7 +26,7 @@ pub enum Outcome {
 }
 
 /// Roughly how many bytes a reply takes on the wire; what the reply budget counts.
-pub fn reply_bytes(r: &Reply) -> usize {
+pub(super) fn reply_bytes(r: &Reply) -> usize {
     match r {
         Reply::Ok | Reply::Nil | Reply::Int(_) => 16,
         Reply::Bulk(b) => b.len() + 16,
@@ -91,7 +91,7 @@ pub(crate) fn release_free_memory() {
 }
 
 /// Shared within one shard thread only (tasks of one single-threaded event loop).
-pub type CoreRef = Rc<RefCell<ShardCore>>;
+pub(crate) type CoreRef = Rc<RefCell<ShardCore>>;
 
 impl ShardCore {
     pub fn new(

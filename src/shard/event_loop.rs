@@ -16,7 +16,7 @@ use std::time::Duration;
 ///
 /// `adopt` turns a connection the acceptor handed over into the task that serves it on this
 /// loop, or into `None` when it cannot be served here.
-pub fn run<A, F>(
+pub(crate) fn run<A, F>(
     core: ShardCore,
     inbox: ShardInbox,
     shutdown: Shutdown,

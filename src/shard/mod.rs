@@ -16,6 +16,8 @@ mod event_loop;
 mod msg;
 
 pub(crate) use self::core::release_free_memory;
-pub use self::core::{CoreRef, Outcome, SWEEP_INTERVAL, ShardCore, ShardStats};
-pub use event_loop::run;
-pub use msg::{Answer, ShardGone, ShardHandle, ShardInbox, ShardMsg, channel};
+pub(crate) use self::core::{CoreRef, Outcome, SWEEP_INTERVAL};
+pub use self::core::{ShardCore, ShardStats};
+pub(crate) use event_loop::run;
+pub(crate) use msg::{Answer, ShardGone, ShardHandle, ShardInbox};
+pub use msg::{ShardMsg, channel};

@@ -22,7 +22,7 @@ mod usage;
 
 pub use record::{OwnedValue, Record, Value};
 pub use table::Slot;
-pub use usage::{Caps, StoreFull, Usage};
+pub(crate) use usage::{Caps, StoreFull, Usage};
 
 use record::{is_expired, key_of, view};
 use std::sync::Arc;
@@ -238,7 +238,7 @@ impl Store {
 }
 
 /// Bits of a scan position; the rest of a 64-bit SCAN cursor is left to name the shard.
-pub const SCAN_POSITION_BITS: u32 = 54;
+pub(crate) const SCAN_POSITION_BITS: u32 = 54;
 /// Bits of the hash that choose the partition (`PARTITIONS` is 2^PARTITION_BITS).
 const PARTITION_BITS: u32 = PARTITIONS.trailing_zeros();
 
