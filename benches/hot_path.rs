@@ -175,7 +175,7 @@ fn protocol(c: &mut Criterion) {
                 out.clear();
                 let mut w = ReplyWriter::new(&mut out, false);
                 for r in batch {
-                    bucketd::internals::protocol::encode(&mut w, black_box(r));
+                    bucketd::internals::cmd::keyed::encode(&mut w, black_box(r));
                 }
                 out.len()
             })

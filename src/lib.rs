@@ -63,7 +63,7 @@ pub mod internals {
         pub mod keyed {
             pub use crate::cmd::keyed::{
                 ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
-                execute,
+                encode, execute,
             };
         }
     }
@@ -87,7 +87,7 @@ pub mod internals {
         }
     }
     pub mod protocol {
-        pub use crate::protocol::{ReplyWriter, Request, RequestLimits, encode, parse_request};
+        pub use crate::protocol::{ReplyWriter, Request, RequestLimits, parse_request};
     }
     pub mod rules {
         pub use crate::rules::RuleSet;

@@ -302,11 +302,13 @@ async fn a_request_trickling_in_does_not_slow_other_clients() {
         }
         assert_eq!(slow.reply().await, Resp::Int(0));
         assert!(answered > 10);
-        // The work is linear in the bytes: re-parsing from the start on every read cost the
-        // shard seconds of CPU for this request.
+        // The work is linear in the bytes: about 37,000 reads of 14 bytes cost a debug build
+        // about 2 s of shard CPU, mostly the reads themselves, and more on a busy machine.
+        // Re-parsing the buffered request from its start on every read scans about 10 GB for
+        // this request, a minute or more of CPU: the bound sits well between the two.
         let cpu = shard_cpu_seconds() - cpu_before;
         assert!(
-            cpu < 2.0,
+            cpu < 6.0,
             "the shard spent {cpu:.2}s of CPU on one trickled request"
         );
         node.shutdown().await;

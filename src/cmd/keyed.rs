@@ -13,6 +13,7 @@ use super::{cell, expiry, keyspace, limits, scan, server, strings};
 use crate::limiter::Decision;
 use crate::limiter::Rule;
 use crate::limiter::cell::CellArgs;
+use crate::protocol::ReplyWriter;
 use crate::store::{Store, Value};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -449,4 +450,40 @@ pub(super) fn relative_overflows(ms: u64, now: u64) -> bool {
         .ok()
         .and_then(|ms| ms.checked_add(ms_of(now)))
         .is_none()
+}
+
+/// Writes a shard's reply in the connection's protocol (RESP2 or RESP3, as `w` was made).
+pub fn encode(w: &mut ReplyWriter, r: &Reply) {
+    match r {
+        Reply::Ok => w.ok(),
+        Reply::Nil => w.null(),
+        Reply::Int(v) => w.int(*v),
+        Reply::Bulk(b) => w.bulk(b),
+        Reply::Simple(s) => w.simple(s),
+        Reply::Error(e) => w.error(e),
+        Reply::Limit(l) => write_limit(w, l),
+        Reply::LimitAll(summary, each) => {
+            w.array(6);
+            for v in summary {
+                w.int(*v);
+            }
+            w.array(each.len());
+            for l in each {
+                write_limit(w, l);
+            }
+        }
+        Reply::Array(items) => {
+            w.array(items.len());
+            for i in items {
+                encode(w, i);
+            }
+        }
+    }
+}
+
+fn write_limit(w: &mut ReplyWriter, l: &LimitReply) {
+    w.array(5);
+    for v in l {
+        w.int(*v);
+    }
 }

@@ -6,6 +6,6 @@ pub(crate) mod reply;
 pub(crate) mod request;
 
 pub(crate) use args::{ArgError, Args};
-pub use reply::{ReplyWriter, encode};
+pub use reply::ReplyWriter;
 pub(crate) use request::RequestParser;
 pub use request::{Request, RequestLimits, parse_request};

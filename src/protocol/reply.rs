@@ -7,11 +7,7 @@
 //! thread that encodes replies for a node's clients names the counters once with
 //! `count_errors_in`, and `ReplyWriter::error` then pays one relaxed atomic add per error and
 //! nothing on any other reply.
-//!
-//! `encode` writes a shard's typed reply (`cmd::keyed::Reply`) with the same writer; it lives
-//! here, beside the writer, because the reply type itself belongs to the commands.
 
-use crate::cmd::keyed::{LimitReply, Reply};
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,42 +237,6 @@ impl<'a> ReplyWriter<'a> {
     pub fn kv_str(&mut self, key: &str, v: &str) {
         self.bulk(key.as_bytes());
         self.bulk(v.as_bytes());
-    }
-}
-
-/// Encodes a shard's reply.
-pub fn encode(w: &mut ReplyWriter, r: &Reply) {
-    match r {
-        Reply::Ok => w.ok(),
-        Reply::Nil => w.null(),
-        Reply::Int(v) => w.int(*v),
-        Reply::Bulk(b) => w.bulk(b),
-        Reply::Simple(s) => w.simple(s),
-        Reply::Error(e) => w.error(e),
-        Reply::Limit(l) => write_limit(w, l),
-        Reply::LimitAll(summary, each) => {
-            w.array(6);
-            for v in summary {
-                w.int(*v);
-            }
-            w.array(each.len());
-            for l in each {
-                write_limit(w, l);
-            }
-        }
-        Reply::Array(items) => {
-            w.array(items.len());
-            for i in items {
-                encode(w, i);
-            }
-        }
-    }
-}
-
-fn write_limit(w: &mut ReplyWriter, l: &LimitReply) {
-    w.array(5);
-    for v in l {
-        w.int(*v);
     }
 }
 

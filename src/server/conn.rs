@@ -19,10 +19,11 @@
 
 use super::{ClientInfo, Node};
 use crate::cmd::connection::ConnectionCmd;
+use crate::cmd::keyed::encode;
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::transactions::TxnCmd;
 use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
-use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser, encode};
+use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
