@@ -92,6 +92,9 @@ pub mod internals {
     pub mod rules {
         pub use crate::rules::RuleSet;
     }
+    pub mod server {
+        pub use crate::server::node::Node;
+    }
     pub mod shard {
         pub use crate::shard::{ShardCore, ShardMsg, ShardStats, channel};
     }

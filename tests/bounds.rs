@@ -8,7 +8,7 @@
 
 mod common;
 
-use bucketd::server::Node;
+use bucketd::internals::server::Node;
 use common::real_redis::{RealRedis, SideBySide};
 use common::{Raw, Resp, TestNode, bounded, encode, wait_for};
 use std::sync::Arc;

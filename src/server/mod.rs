@@ -13,9 +13,11 @@ mod accept;
 pub(crate) mod conn;
 pub(crate) mod info;
 pub(crate) mod live;
+pub(crate) mod node;
 mod scatter;
 
-pub use live::LiveSettings;
+pub(crate) use live::LiveSettings;
+pub(crate) use node::{ClientInfo, ClientMeta, Node, NodeStats, REDIS_COMPAT_VERSION, VERSION};
 
 use crate::clock::Clock;
 use crate::cluster::node::Cluster;
@@ -24,7 +26,6 @@ use crate::error::StartError;
 use crate::rules::RuleStore;
 use crate::shard::{self, ShardCore, ShardHandle, ShardInbox, ShardMsg};
 use crate::shutdown::{self, Shutdown, Trigger};
-use crate::slot::key_slot;
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,151 +35,13 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// Version reported to clients that gate features on the Redis version.
-pub const REDIS_COMPAT_VERSION: &str = "7.2.0";
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Node-wide counters.
-#[derive(Default)]
-pub struct NodeStats {
-    pub connections_received: AtomicU64,
-    pub rejected_connections: AtomicU64,
-    pub protocol_errors: AtomicU64,
-    /// Clients closed because all clients' buffers passed `maxmemory-clients`.
-    pub evicted_clients: AtomicU64,
-    pub checks_per_sec: AtomicU64,
-    pub commands_per_sec: AtomicU64,
-}
-
-/// What CLIENT LIST and CLIENT INFO show about one connection.
-pub struct ClientInfo {
-    pub id: u64,
-    pub addr: SocketAddr,
-    pub laddr: SocketAddr,
-    pub shard: usize,
-    pub created: Instant,
-    pub meta: Mutex<ClientMeta>,
-    /// Milliseconds since the node started, at the last request.
-    pub last_active_ms: AtomicU64,
-    /// Bytes received and not yet handled (Redis's `qbuf`).
-    pub qbuf: AtomicU64,
-    /// Bytes of replies produced and not yet written to the socket (Redis's `omem`).
-    pub omem: AtomicU64,
-    /// The last command run: its index in `cmd::table::COMMANDS` plus one (0: none yet).
-    pub last_cmd: AtomicUsize,
-    /// The last subcommand of a container command (CLIENT LIST...), as an index into the
-    /// node commands' subcommand list plus one (0: none).
-    pub last_sub: AtomicUsize,
-    /// Set once by CLIENT KILL (or the idle timeout); the connection closes when it sees it.
-    kill_requested: std::sync::atomic::AtomicBool,
-    /// Wakes the connection when `kill_requested` is set (`ClientInfo::killed`).
-    kill_signal: tokio::sync::Notify,
-}
-
-impl ClientInfo {
-    /// Asks the connection to close (CLIENT KILL, the idle timeout). It closes as soon as its
-    /// loop sees `killed` resolve; until then it is already left out of CLIENT LIST and KILL.
-    pub fn kill(&self) {
-        self.kill_requested.store(true, Ordering::Release);
-        self.kill_signal.notify_waiters();
-    }
-
-    pub fn is_killed(&self) -> bool {
-        self.kill_requested.load(Ordering::Acquire)
-    }
-
-    /// Resolves once the client has been killed; cancel-safe, so it can sit in a `select!`
-    /// that is re-entered on every read.
-    pub async fn killed(&self) {
-        loop {
-            let notified = self.kill_signal.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is checked, so a kill in between is not missed.
-            notified.as_mut().enable();
-            if self.is_killed() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-#[derive(Default, Clone)]
-pub struct ClientMeta {
-    pub name: String,
-    pub lib_name: String,
-    pub lib_ver: String,
-    pub resp: u8,
-}
-
-/// Everything the shard threads share.
-pub struct Node {
-    /// The settings the node started with.
-    pub settings: Settings,
-    /// The current values of the settings CONFIG SET changes.
-    pub live: LiveSettings,
-    pub shards: Vec<ShardHandle>,
-    pub rules: RuleStore,
-    pub clock: Arc<dyn Clock>,
-    pub clients: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
-    pub stats: NodeStats,
-    pub started: Instant,
-    pub addr: SocketAddr,
-    next_client_id: AtomicU64,
-    connected: AtomicUsize,
-    shutdown: Shutdown,
-    /// Which shard owns each hash slot. Standalone: slots are dealt round-robin. Cluster: all
-    /// slots of a group live on one shard, so a group's keys can be snapshotted together.
-    slot_shard: Vec<u16>,
-    cluster: std::sync::OnceLock<Arc<Cluster>>,
-    /// Bytes all client connections hold in their request and reply buffers.
-    pub client_buffer_bytes: AtomicUsize,
-    /// When free heap memory was last handed back to the operating system (ms of uptime).
-    last_trim_ms: AtomicU64,
-}
-
-impl Node {
-    /// The cluster this node belongs to, in cluster mode.
-    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
-        self.cluster.get()
-    }
-
-    pub fn connected_clients(&self) -> usize {
-        self.connected.load(Ordering::Relaxed)
-    }
-
-    fn shard_of(&self, key: &[u8]) -> usize {
-        self.slot_owner(key_slot(key))
-    }
-
-    /// The shard that owns a hash slot.
-    fn slot_owner(&self, slot: u16) -> usize {
-        usize::from(self.slot_shard[usize::from(slot) % self.slot_shard.len()])
-    }
-
-    /// Hands free heap memory back to the operating system, at most once a second.
-    fn release_free_memory(&self) {
-        let now = self.uptime_ms();
-        let last = self.last_trim_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 1000
-            && self
-                .last_trim_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            shard::release_free_memory();
-        }
-    }
-
-    pub(crate) fn uptime_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-}
-
 /// A running node; `shutdown` stops it and waits for it. Dropping it drops the shutdown
 /// trigger, which stops the node's tasks and connections but not its shard threads.
 pub struct NodeHandle {
+    /// The address the node's client listener is bound to.
     pub addr: SocketAddr,
+    /// The node's shared state: not an API, for the crate's own tests.
+    #[doc(hidden)]
     pub node: Arc<Node>,
     shutdown: Trigger,
     tasks: Vec<JoinHandle<()>>,
