@@ -24,11 +24,16 @@ SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
 HOST=127.0.0.1
 WORK=$(mktemp -d /tmp/bucketd-ab.XXXXXX)
-PIDS=()
+# Servers are started from command substitutions (subshells), so their pids go to a file.
+PIDFILE=$WORK/pids
+touch "$PIDFILE"
 
 cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    local p
+    while read -r p; do kill "$p" 2>/dev/null || true; done <"$PIDFILE"
+    while read -r p; do
+        for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    done <"$PIDFILE"
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -68,7 +73,7 @@ standalone() {
     port=$(free_ports 1)
     taskset -c "$SERVER_CPU" "$1" --bind "$HOST" --port "$port" --shards 1 --log warn \
         >"$WORK/standalone-$port.log" 2>&1 &
-    PIDS+=("$!")
+    echo "$!" >>"$PIDFILE"
     wait_up "$port" >&2
     echo "$port"
 }
@@ -84,7 +89,7 @@ cluster() {
         taskset -c "$SERVER_CPU" "$1" --bind "$HOST" --port "${ports[$i]}" --shards 1 \
             --cluster-nodes "$nodes" --node-id $((i + 1)) --data-dir "$WORK/data-${ports[0]}-$i" \
             --log warn >"$WORK/cluster-${ports[$i]}.log" 2>&1 &
-        PIDS+=("$!")
+        echo "$!" >>"$PIDFILE"
     done
     wait_up "${ports[0]}" cluster >&2
     echo "${ports[0]}"

@@ -278,6 +278,25 @@ impl ClusterRaw {
     }
 }
 
+/// The settings that a file and the command line set the same way (a value given replaces the
+/// default), listed once for both: `$apply!(field, ...)`.
+macro_rules! plain_settings {
+    ($apply:ident) => {
+        $apply!(
+            bind,
+            port,
+            shards,
+            maxclients,
+            max_keys,
+            proto_max_bulk_len,
+            max_args,
+            max_inline_len,
+            rules_reload_ms,
+            log
+        )
+    };
+}
+
 impl Settings {
     /// Defaults, then the file named by `--config` (if any), then the flags.
     pub fn resolve(flags: &Flags) -> Result<Settings, StartError> {
@@ -327,18 +346,7 @@ impl Settings {
         macro_rules! take {
             ($($field:ident),*) => { $( if let Some(v) = f.$field { self.$field = v; } )* };
         }
-        take!(
-            bind,
-            port,
-            shards,
-            maxclients,
-            max_keys,
-            proto_max_bulk_len,
-            max_args,
-            max_inline_len,
-            rules_reload_ms,
-            log
-        );
+        plain_settings!(take);
         if f.rules.is_some() {
             self.rules = f.rules;
         }
@@ -361,18 +369,7 @@ impl Settings {
         macro_rules! take {
             ($($field:ident),*) => { $( if let Some(v) = &f.$field { self.$field = v.clone(); } )* };
         }
-        take!(
-            bind,
-            port,
-            shards,
-            maxclients,
-            max_keys,
-            proto_max_bulk_len,
-            max_args,
-            max_inline_len,
-            rules_reload_ms,
-            log
-        );
+        plain_settings!(take);
         if f.rules.is_some() {
             self.rules = f.rules.clone();
         }

@@ -6,31 +6,7 @@
 mod common;
 
 use common::*;
-use redis::aio::MultiplexedConnection;
 use std::time::Duration;
-
-async fn check(c: &mut MultiplexedConnection, key: &str, spec: &str) -> [i64; 5] {
-    limit(c, &["BK.CHECK", key, spec]).await
-}
-
-/// The current figures of a limit, without consuming (COST 0).
-async fn figures(c: &mut MultiplexedConnection, key: &str, spec: &str) -> [i64; 5] {
-    limit(c, &["BK.CHECK", key, spec, "COST", "0"]).await
-}
-
-async fn exists(c: &mut MultiplexedConnection, key: &str) -> bool {
-    q::<i64>(c, &["EXISTS", key]).await == 1
-}
-
-/// Decodes a BK.CHECKALL reply into its summary and per-limit entries.
-async fn checkall(c: &mut MultiplexedConnection, args: &[&str]) -> ([i64; 5], Vec<[i64; 5]>) {
-    let (a, b, c1, d, e, each): (i64, i64, i64, i64, i64, Vec<Vec<i64>>) = q(c, args).await;
-    let each = each
-        .into_iter()
-        .map(|v| <[i64; 5]>::try_from(v).expect("5 integers per limit"))
-        .collect();
-    ([a, b, c1, d, e], each)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkall_across_shards_never_consumes_when_refused() {

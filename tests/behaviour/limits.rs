@@ -3,7 +3,6 @@
 //! one slot, BK.LEASE, and the limit commands' reply and error shapes.
 
 use crate::common::*;
-use crate::topology::Conn;
 use redis::Value;
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -16,29 +15,6 @@ fn arity(cmd: &str) -> String {
 
 fn bulk(s: &str) -> Value {
     Value::BulkString(s.as_bytes().to_vec())
-}
-
-async fn check(c: &mut Conn, key: &str, spec: &str) -> [i64; 5] {
-    limit(c, &["BK.CHECK", key, spec]).await
-}
-
-/// The current figures of a limit, without consuming (COST 0).
-async fn figures(c: &mut Conn, key: &str, spec: &str) -> [i64; 5] {
-    limit(c, &["BK.CHECK", key, spec, "COST", "0"]).await
-}
-
-async fn exists(c: &mut Conn, key: &str) -> bool {
-    q::<i64>(c, &["EXISTS", key]).await == 1
-}
-
-/// Decodes a BK.CHECKALL reply into its summary and per-limit entries.
-async fn checkall(c: &mut Conn, args: &[&str]) -> ([i64; 5], Vec<[i64; 5]>) {
-    let (a, b, c1, d, e, each): (i64, i64, i64, i64, i64, Vec<Vec<i64>>) = q(c, args).await;
-    let each = each
-        .into_iter()
-        .map(|v| <[i64; 5]>::try_from(v).expect("5 integers per limit"))
-        .collect();
-    ([a, b, c1, d, e], each)
 }
 
 both_topologies! {

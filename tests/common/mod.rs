@@ -187,6 +187,33 @@ pub async fn limit(con: &mut impl redis::aio::ConnectionLike, args: &[&str]) -> 
         .unwrap_or_else(|v: Vec<i64>| panic!("{args:?}: expected 5 integers, got {v:?}"))
 }
 
+/// `BK.CHECK key spec`: consumes one unit and returns the limit reply.
+pub async fn check(c: &mut impl redis::aio::ConnectionLike, key: &str, spec: &str) -> [i64; 5] {
+    limit(c, &["BK.CHECK", key, spec]).await
+}
+
+/// The current figures of a limit, without consuming (COST 0).
+pub async fn figures(c: &mut impl redis::aio::ConnectionLike, key: &str, spec: &str) -> [i64; 5] {
+    limit(c, &["BK.CHECK", key, spec, "COST", "0"]).await
+}
+
+pub async fn exists(c: &mut impl redis::aio::ConnectionLike, key: &str) -> bool {
+    q::<i64>(c, &["EXISTS", key]).await == 1
+}
+
+/// Decodes a BK.CHECKALL reply into its summary and per-limit entries.
+pub async fn checkall(
+    c: &mut impl redis::aio::ConnectionLike,
+    args: &[&str],
+) -> ([i64; 5], Vec<[i64; 5]>) {
+    let (a, b, c1, d, e, each): (i64, i64, i64, i64, i64, Vec<Vec<i64>>) = q(c, args).await;
+    let each = each
+        .into_iter()
+        .map(|v| <[i64; 5]>::try_from(v).expect("5 integers per limit"))
+        .collect();
+    ([a, b, c1, d, e], each)
+}
+
 /// A decoded RESP2/RESP3 value, as raw tests see it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resp {
