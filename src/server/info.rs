@@ -134,6 +134,12 @@ pub(crate) fn render(node: &Node, sections: &[String]) -> String {
                 c.silenced_groups(),
                 c.quiet_wakes()
             );
+            // Frames refused because a peer's queue was full (the peer is not keeping up).
+            let _ = write!(
+                out,
+                "cluster_peer_queue_full:{}\r\n",
+                c.network().queue_full_drops()
+            );
         }
         out.push_str("\r\n");
     }

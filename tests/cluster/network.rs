@@ -94,6 +94,21 @@ async fn groups_share_one_link_per_peer_and_batch_their_frames() {
         );
         assert!(sent > writes, "{sent} frames took {writes} writes");
 
+        // Peers that keep up never fill each other's queues, and INFO says what the node counts.
+        for id in c.ids() {
+            let refused = c.cluster(id).network().queue_full_drops();
+            assert_eq!(
+                refused, 0,
+                "node {id} refused {refused} frames to a full peer queue"
+            );
+            let mut conn = Conn::connect(&c.addr(id)).await.expect("connect");
+            let info = conn.must(&["INFO", "cluster"]).await.text();
+            assert!(
+                info.contains(&format!("cluster_peer_queue_full:{refused}\r\n")),
+                "INFO cluster of node {id}: {info}"
+            );
+        }
+
         // The kernel agrees: towards each node's peer port, one connection from each peer.
         for n in &c.spec.nodes {
             let conns = established_to(n.peer_port);
