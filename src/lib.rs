@@ -74,7 +74,9 @@ pub mod internals {
             };
         }
         pub mod state_machine {
-            pub use crate::cluster::state_machine::{GroupStateMachine, LocalExecutor};
+            pub use crate::cluster::state_machine::{
+                GroupStateMachine, LocalExecutor, SnapshotBody,
+            };
         }
         pub mod spec {
             pub use crate::cluster::spec::{ClusterSpec, NodeSpec, redis_id};

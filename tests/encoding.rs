@@ -11,6 +11,7 @@
 //! `BUCKETD_PRINT_GOLDEN=1 cargo test --test encoding -- --nocapture` prints the current bytes
 //! in the table's form, for a value added to the table (never to paper over a change).
 
+use bucketd::internals::cluster::state_machine::SnapshotBody;
 use bucketd::internals::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, TypeConfig};
 use bucketd::internals::cmd::keyed::{
     ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
@@ -448,10 +449,10 @@ fn snapshot_records_keep_their_encoding() {
             1_700_000_010_000_000_000,
         ),
     ];
-    // The snapshot body (`cluster::state_machine`'s private `SnapshotBody`) is the last
-    // applied stamp followed by the records; bincode writes a struct exactly as the tuple of
-    // its fields, so the tuple stands for it here.
-    let body = (1_700_000_000_000_000_000u64, records.clone());
+    let body = SnapshotBody {
+        last_ts: 1_700_000_000_000_000_000,
+        records: records.clone(),
+    };
     check(
         "snapshot",
         GOLDEN_SNAPSHOT,

@@ -54,9 +54,10 @@ pub trait Executor: Send + Sync + 'static {
 /// Fields never move or change type; changes are append-only (a new variant of the enum that
 /// carries it) or take a new format version.
 #[derive(Serialize, Deserialize)]
-struct SnapshotBody {
-    last_ts: u64,
-    records: Vec<Record>,
+pub struct SnapshotBody {
+    /// The group time of the last applied entry.
+    pub last_ts: u64,
+    pub records: Vec<Record>,
 }
 
 /// On-disk format: bincode-encoded into snapshots (golden bytes in tests/encoding.rs).
