@@ -7,16 +7,6 @@ mod common;
 use common::*;
 use redis::Value;
 
-const SYNTAX: &str = "ERR syntax error";
-
-fn arity(cmd: &str) -> String {
-    format!("ERR wrong number of arguments for '{cmd}' command")
-}
-
-fn bulk(s: &str) -> Value {
-    Value::BulkString(s.as_bytes().to_vec())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_commands() {
     bounded(async {

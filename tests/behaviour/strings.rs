@@ -4,17 +4,6 @@
 use crate::common::*;
 use redis::Value;
 
-const NOT_INT: &str = "ERR value is not an integer or out of range";
-const SYNTAX: &str = "ERR syntax error";
-
-fn arity(cmd: &str) -> String {
-    format!("ERR wrong number of arguments for '{cmd}' command")
-}
-
-fn bulk(s: &str) -> Value {
-    Value::BulkString(s.as_bytes().to_vec())
-}
-
 both_topologies! {
     string_and_counter_commands, |t| {
         let mut c = t.conn().await;

@@ -180,6 +180,21 @@ pub fn err_text(e: &redis::RedisError) -> String {
     }
 }
 
+/// Redis's error texts that the reply-shape tests expect.
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const NOT_INT: &str = "ERR value is not an integer or out of range";
+pub const SYNTAX: &str = "ERR syntax error";
+
+/// Redis's wrong-arity error for `cmd`.
+pub fn arity(cmd: &str) -> String {
+    format!("ERR wrong number of arguments for '{cmd}' command")
+}
+
+/// A bulk-string value as the `redis` crate decodes it.
+pub fn bulk(s: &str) -> redis::Value {
+    redis::Value::BulkString(s.as_bytes().to_vec())
+}
+
 /// Five integers of a limit reply.
 pub async fn limit(con: &mut impl redis::aio::ConnectionLike, args: &[&str]) -> [i64; 5] {
     let v: Vec<i64> = q(con, args).await;
