@@ -353,7 +353,7 @@ pub(crate) async fn run(c: &mut Conn, cmd: ServerCmd, buf: &mut Vec<u8>) -> Resu
         }
         ServerCmd::DbSize => {
             let total: i64 = c
-                .on_every_shard(|| KeyCmd::DbSize)
+                .all_shards(|| KeyCmd::DbSize)
                 .await?
                 .iter()
                 .filter_map(Reply::as_int)
@@ -368,7 +368,7 @@ pub(crate) async fn run(c: &mut Conn, cmd: ServerCmd, buf: &mut Vec<u8>) -> Resu
                     "ERR FLUSHALL is not supported in cluster mode; remove keys with DEL or BK.RESET",
                 ));
             }
-            c.on_every_shard(|| KeyCmd::FlushAll).await?;
+            c.all_shards(|| KeyCmd::FlushAll).await?;
             ReplyWriter::new(buf, c.resp3()).ok();
         }
         ServerCmd::Time => {
@@ -379,7 +379,7 @@ pub(crate) async fn run(c: &mut Conn, cmd: ServerCmd, buf: &mut Vec<u8>) -> Resu
             w.bulk(((now % 1_000_000_000) / 1000).to_string().as_bytes());
         }
         ServerCmd::Keys(pattern) => {
-            let replies = c.on_every_shard(|| KeyCmd::Keys(pattern.clone())).await?;
+            let replies = c.all_shards(|| KeyCmd::Keys(pattern.clone())).await?;
             let mut all = Vec::new();
             for r in replies {
                 if let Reply::Array(items) = r {

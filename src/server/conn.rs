@@ -757,14 +757,6 @@ impl Conn {
         self.dispatch(s, vec![cmd]).await?.replies().await
     }
 
-    /// Runs a command on every shard and returns the replies.
-    pub(crate) async fn on_every_shard(
-        &self,
-        make: impl Fn() -> KeyCmd,
-    ) -> Result<Vec<Reply>, ShardGone> {
-        self.all_shards(make).await
-    }
-
     /// Has every shard start or stop counting its keys in the caps now, and waits for all of
     /// them, so a cap switched on is in force everywhere once CONFIG SET has answered.
     pub(crate) async fn sync_caps(&mut self) -> Result<(), ShardGone> {

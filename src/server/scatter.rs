@@ -206,7 +206,7 @@ impl Conn {
     }
 
     /// Runs a command on every shard and returns the replies.
-    pub(super) async fn all_shards(
+    pub(crate) async fn all_shards(
         &self,
         make: impl Fn() -> KeyCmd,
     ) -> Result<Vec<Reply>, ShardGone> {
