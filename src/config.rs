@@ -322,9 +322,9 @@ impl Settings {
                 fsync: f.fsync.take(),
                 quiet_after_ms: f.quiet_after_ms.take(),
             });
-            s.apply_file(f)?;
+            s.apply_file(f).map_err(StartError::Setting)?;
         }
-        s.apply_flags(flags)?;
+        s.apply_flags(flags).map_err(StartError::Setting)?;
         cluster.merge(ClusterRaw {
             nodes: flags.cluster_nodes.clone(),
             node_id: flags.node_id,

@@ -119,10 +119,3 @@ impl fmt::Display for StartError {
 
 /// The message already says the cause, so `source` adds nothing to it.
 impl std::error::Error for StartError {}
-
-/// A setting's parser speaks in plain messages.
-impl From<String> for StartError {
-    fn from(e: String) -> StartError {
-        StartError::Setting(e)
-    }
-}
