@@ -140,6 +140,13 @@ pub(crate) fn render(node: &Node, sections: &[String]) -> String {
                 "cluster_peer_queue_full:{}\r\n",
                 c.network().queue_full_drops()
             );
+            // Log entries this node proposed for its own clients, and the commands they
+            // carried: their ratio is how many checks one replication round carries.
+            let (entries, commands) = c.proposals();
+            let _ = write!(
+                out,
+                "cluster_entries_proposed:{entries}\r\ncluster_commands_proposed:{commands}\r\n"
+            );
         }
         out.push_str("\r\n");
     }
