@@ -361,13 +361,20 @@ fn keyspace(c: &mut Criterion) {
 }
 
 fn throttle_batch(keys: &[Bytes], rng: &mut Rng) -> Vec<KeyCmd> {
+    throttle_batch_of(PIPELINE, keys, rng)
+}
+
+/// A batch as a shard applies one round (or one Raft entry) of many clients' commands.
+const ROUND: usize = 128;
+
+fn throttle_batch_of(n: usize, keys: &[Bytes], rng: &mut Rng) -> Vec<KeyCmd> {
     let args = CellArgs {
         max_burst: 99,
         count: 10,
         period_s: 1,
         quantity: 1,
     };
-    (0..PIPELINE)
+    (0..n)
         .map(|_| KeyCmd::Throttle {
             key: keys[rng.below(keys.len() as u64) as usize].clone(),
             args,
@@ -428,6 +435,15 @@ fn shard_hop(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    g.throughput(Throughput::Elements(ROUND as u64));
+    g.bench_function(format!("prefetched_x{ROUND}"), |b| {
+        b.iter_batched(
+            || throttle_batch_of(ROUND, &keys, &mut rng),
+            |cmds| local.apply_within(cmds, usize::MAX),
+            BatchSize::SmallInput,
+        )
+    });
+    g.throughput(Throughput::Elements(PIPELINE as u64));
     g.bench_function(format!("cross_thread_x{PIPELINE}"), |b| {
         b.iter_batched(
             || throttle_batch(&keys, &mut rng),

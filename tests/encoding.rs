@@ -383,13 +383,13 @@ fn proposal(origin: Option<Origin>) -> Proposal {
     Proposal {
         ts: 1_700_000_000_000_000_000,
         origin,
-        cmds: vec![
+        cmds: std::sync::Arc::new(vec![
             KeyCmd::Get(b("k")),
             KeyCmd::IncrBy {
                 key: b("n"),
                 delta: 1,
             },
-        ],
+        ]),
     }
 }
 

@@ -164,10 +164,10 @@ fn normal(term: u64, index: u64, size: usize) -> Entry {
         Proposal {
             ts: index * 1000,
             origin: None,
-            cmds: vec![KeyCmd::IncrBy {
+            cmds: std::sync::Arc::new(vec![KeyCmd::IncrBy {
                 key,
                 delta: index as i64,
-            }],
+            }]),
         },
     )
 }

@@ -692,7 +692,7 @@ impl Cluster {
         let proposal = Proposal {
             ts: self.clock.now_ns(),
             origin,
-            cmds,
+            cmds: Arc::new(cmds),
         };
         match tokio::time::timeout(self.write_timeout, raft.client_write(proposal)).await {
             Ok(Ok(resp)) => {

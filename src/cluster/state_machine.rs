@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 pub struct EntryBatch {
     pub now: u64,
     pub origin: Option<Origin>,
-    pub cmds: Vec<KeyCmd>,
+    pub cmds: Arc<Vec<KeyCmd>>,
 }
 
 /// Where a group's keys live and how commands reach them.
@@ -344,8 +344,8 @@ impl Executor for LocalExecutor {
             .into_iter()
             .map(|b| {
                 b.cmds
-                    .into_iter()
-                    .map(|c| crate::cmd::keyed::execute(&mut store, c, b.now, &mut st))
+                    .iter()
+                    .map(|c| crate::cmd::keyed::execute_ref(&mut store, c, b.now, &mut st))
                     .collect()
             })
             .collect())

@@ -8,6 +8,7 @@
 use crate::cmd::keyed::{KeyCmd, Reply};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// A batch of commands stamped with the leader's clock: one log entry. Every replica applies
 /// the commands at `ts`, so every replica computes the same buckets.
@@ -22,7 +23,9 @@ pub struct Proposal {
     /// Who waits for the replies: the shard that gathered the batch answers its clients
     /// itself when it applies the entry. None: the replies travel back through Raft.
     pub origin: Option<Origin>,
-    pub cmds: Vec<KeyCmd>,
+    /// Shared, not copied, by the log, the replication streams and the apply: one entry is
+    /// read several times on a leader. Encoded exactly as the list of commands itself.
+    pub cmds: Arc<Vec<KeyCmd>>,
 }
 
 /// Names a batch gathered by one shard of one node run: the shard's run (a number drawn at

@@ -350,62 +350,82 @@ pub struct ExecStats {
 
 /// Applies one command to the store at time `now` (ns), in the family file that owns it.
 pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) -> Reply {
+    execute_ref(store, &cmd, now, stats)
+}
+
+/// `execute` for a command that stays where it is: a committed log entry's commands are
+/// shared with the log and the replication streams, and are applied without a copy.
+pub(crate) fn execute_ref(
+    store: &mut Store,
+    cmd: &KeyCmd,
+    now: u64,
+    stats: &mut ExecStats,
+) -> Reply {
     match cmd {
-        KeyCmd::Get(key) => strings::get(store, &key, now),
+        KeyCmd::Get(key) => strings::get(store, key, now),
         KeyCmd::Set {
             key,
             value,
             expiry,
             cond,
             get,
-        } => strings::set(store, &key, value, expiry, cond, get, now, TimeCmd::Set),
-        KeyCmd::IncrBy { key, delta } => strings::incr_by(store, &key, delta, now),
+        } => strings::set(
+            store,
+            key,
+            value.clone(),
+            *expiry,
+            *cond,
+            *get,
+            now,
+            TimeCmd::Set,
+        ),
+        KeyCmd::IncrBy { key, delta } => strings::incr_by(store, key, *delta, now),
         KeyCmd::Expire {
             key,
             ms,
             absolute,
             cond,
-        } => expiry::expire(store, &key, ms, absolute, cond, now),
-        KeyCmd::Persist(key) => expiry::persist(store, &key, now),
-        KeyCmd::Ttl { key, ms } => expiry::ttl(store, &key, ms, now),
-        KeyCmd::Type(key) => keyspace::type_of(store, &key, now),
-        KeyCmd::Del(keys) => keyspace::del(store, &keys, now),
-        KeyCmd::Exists(keys) => keyspace::exists(store, &keys, now),
-        KeyCmd::Throttle { key, args } => cell::throttle(store, &key, &args, now, stats),
+        } => expiry::expire(store, key, *ms, *absolute, *cond, now),
+        KeyCmd::Persist(key) => expiry::persist(store, key, now),
+        KeyCmd::Ttl { key, ms } => expiry::ttl(store, key, *ms, now),
+        KeyCmd::Type(key) => keyspace::type_of(store, key, now),
+        KeyCmd::Del(keys) => keyspace::del(store, keys, now),
+        KeyCmd::Exists(keys) => keyspace::exists(store, keys, now),
+        KeyCmd::Throttle { key, args } => cell::throttle(store, key, args, now, stats),
         KeyCmd::Check {
             key,
             rule,
             cost,
             peek,
-        } => limits::check(store, &key, &rule, cost, peek, now, stats),
+        } => limits::check(store, key, rule, *cost, *peek, now, stats),
         KeyCmd::CheckAll {
             keys,
             rules,
             cost,
             peek,
-        } => limits::check_all(store, &keys, &rules, cost, peek, now, stats),
-        KeyCmd::Refund { keys, rules, cost } => limits::refund(store, &keys, &rules, cost, now),
-        KeyCmd::Lease { key, rule, max } => limits::lease(store, &key, &rule, max, now, stats),
+        } => limits::check_all(store, keys, rules, *cost, *peek, now, stats),
+        KeyCmd::Refund { keys, rules, cost } => limits::refund(store, keys, rules, *cost, now),
+        KeyCmd::Lease { key, rule, max } => limits::lease(store, key, rule, *max, now, stats),
         KeyCmd::DbSize => server::dbsize(store),
         KeyCmd::FlushAll => server::flushall(store),
-        KeyCmd::Keys(pattern) => server::keys(store, &pattern, now),
+        KeyCmd::Keys(pattern) => server::keys(store, pattern, now),
         KeyCmd::ExpireChecked { key, ms, cond, cmd } => {
-            expiry::expire_checked(store, &key, ms, cond, cmd, now)
+            expiry::expire_checked(store, key, *ms, *cond, *cmd, now)
         }
         KeyCmd::SetEx {
             key,
             value,
             ms,
             cmd,
-        } => strings::setex(store, &key, value, ms, cmd, now),
-        KeyCmd::SetNx { key, value } => strings::setnx(store, &key, value, now),
-        KeyCmd::GetSet { key, value } => strings::getset(store, &key, value, now),
-        KeyCmd::GetEx { key, opt } => strings::getex(store, &key, opt, now),
-        KeyCmd::GetDel(key) => strings::getdel(store, &key, now),
-        KeyCmd::ExpireTime { key, ms } => expiry::expire_time(store, &key, ms, now),
-        KeyCmd::IncrByFloat { key, incr } => strings::incr_by_float(store, &key, &incr, now),
-        KeyCmd::MGet(keys) => strings::mget(store, &keys, now),
-        KeyCmd::MSet { keys, values } => strings::mset(store, &keys, &values, now),
+        } => strings::setex(store, key, value.clone(), *ms, *cmd, now),
+        KeyCmd::SetNx { key, value } => strings::setnx(store, key, value.clone(), now),
+        KeyCmd::GetSet { key, value } => strings::getset(store, key, value.clone(), now),
+        KeyCmd::GetEx { key, opt } => strings::getex(store, key, *opt, now),
+        KeyCmd::GetDel(key) => strings::getdel(store, key, now),
+        KeyCmd::ExpireTime { key, ms } => expiry::expire_time(store, key, *ms, now),
+        KeyCmd::IncrByFloat { key, incr } => strings::incr_by_float(store, key, incr, now),
+        KeyCmd::MGet(keys) => strings::mget(store, keys, now),
+        KeyCmd::MSet { keys, values } => strings::mset(store, keys, values, now),
         KeyCmd::Scan {
             from,
             count,
@@ -413,8 +433,8 @@ pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) 
             type_name,
         } => scan::step(
             store,
-            from,
-            count,
+            *from,
+            *count,
             pattern.as_deref(),
             type_name.as_deref(),
             now,

@@ -66,8 +66,11 @@ pub struct ShardCore {
     clock: Arc<dyn Clock>,
     last_now: u64,
     stats: Arc<ShardStats>,
-    freed_since_trim: usize,
+    /// The most bytes the store held since memory was last handed back.
+    peak_since_trim: usize,
     last_trim: std::time::Instant,
+    /// The hashes of a batch's keys while `prefetch` runs (kept to reuse the allocation).
+    hashes: Vec<u64>,
     /// In a cluster: gathers key commands into log entries of the groups this shard owns.
     pub proposer: Option<crate::cluster::proposer::Proposer>,
 }
@@ -77,8 +80,9 @@ pub struct ShardCore {
 const PREFETCH_FROM: usize = 4;
 const PREFETCH_MAX: usize = 256;
 
-/// Keys expired since the last trim that make another trim worth it.
-const TRIM_AFTER: usize = 10_000;
+/// How far the store must have shrunk since its peak (in bytes, and at least half of it)
+/// before free memory is handed back to the operating system.
+const TRIM_AFTER_BYTES: usize = 8 << 20;
 
 /// Returns free heap memory to the operating system (glibc keeps it otherwise).
 pub(crate) fn release_free_memory() {
@@ -106,8 +110,9 @@ impl ShardCore {
             clock,
             last_now: 0,
             stats,
-            freed_since_trim: 0,
+            peak_since_trim: 0,
             last_trim: std::time::Instant::now(),
+            hashes: Vec::with_capacity(PREFETCH_MAX),
             proposer: None,
         }
     }
@@ -130,31 +135,34 @@ impl ShardCore {
 
     /// Starts the lookups of a batch's keys, so their cache misses overlap (see
     /// `Store::prefetch`). Small batches gain nothing from it.
-    fn prefetch(&self, cmds: &[KeyCmd]) {
+    fn prefetch(&mut self, cmds: &[KeyCmd]) {
         if cmds.len() >= PREFETCH_FROM {
-            for key in cmds
+            let keys = cmds
                 .iter()
                 .take(PREFETCH_MAX)
-                .filter_map(KeyCmd::single_key)
-            {
-                self.store.prefetch(key);
-            }
+                .filter_map(KeyCmd::single_key);
+            self.store.prefetch(keys, &mut self.hashes);
         }
     }
 
     /// Applies commands at `now` and counts them, until `each` answers false; every way into
     /// the keyspace goes through here, so the figures INFO shows cover them all.
-    fn apply_at_time(
+    fn apply_at_time<C: std::borrow::Borrow<KeyCmd>>(
         &mut self,
         now: u64,
-        cmds: &mut impl Iterator<Item = KeyCmd>,
+        cmds: &mut impl Iterator<Item = C>,
         mut each: impl FnMut(Reply) -> bool,
     ) {
         let mut st = ExecStats::default();
         let mut n = 0u64;
         for c in cmds {
             n += 1;
-            if !each(keyed::execute(&mut self.store, c, now, &mut st)) {
+            if !each(keyed::execute_ref(
+                &mut self.store,
+                c.borrow(),
+                now,
+                &mut st,
+            )) {
                 break;
             }
         }
@@ -176,7 +184,7 @@ impl ShardCore {
         for b in batches {
             self.prefetch(&b.cmds);
             let mut out = Vec::with_capacity(b.cmds.len());
-            self.apply_at_time(b.now, &mut b.cmds.into_iter(), |r| {
+            self.apply_at_time(b.now, &mut b.cmds.iter(), |r| {
                 out.push(r);
                 true
             });
@@ -269,13 +277,20 @@ impl ShardCore {
         let now = self.now();
         // A shard that adds and removes nothing still joins a cap switched on elsewhere.
         self.store.sync_caps();
-        self.freed_since_trim += self.store.sweep(now, SWEEP_PARTS_PER_TICK);
-        // Freed records go back to the allocator, which keeps them; after a large expiry hand
-        // them back to the operating system, so RSS follows the active callers. At most once a
-        // second: trimming walks the allocator's free lists.
-        if self.freed_since_trim >= TRIM_AFTER && self.last_trim.elapsed() >= Duration::from_secs(1)
+        self.store.sweep(now, SWEEP_PARTS_PER_TICK);
+        // Freed records go back to the allocator, which keeps them; once the store has shrunk
+        // to under half of its peak, hand them back to the operating system, so RSS follows
+        // the active callers. Not while keys only come and go: the allocator reuses what they
+        // free at once, and memory handed back would only be faulted in (and zeroed) again.
+        // At most once a second: trimming walks the allocator's free lists.
+        let bytes = self.store.usage.bytes;
+        self.peak_since_trim = self.peak_since_trim.max(bytes);
+        let shrunk = self.peak_since_trim - bytes;
+        if shrunk >= TRIM_AFTER_BYTES
+            && shrunk * 2 >= self.peak_since_trim
+            && self.last_trim.elapsed() >= Duration::from_secs(1)
         {
-            self.freed_since_trim = 0;
+            self.peak_since_trim = bytes;
             self.last_trim = std::time::Instant::now();
             release_free_memory();
         }

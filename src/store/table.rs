@@ -216,21 +216,33 @@ impl Store {
         (hash >> 58) as usize & (PARTITIONS - 1)
     }
 
-    /// Starts loading what a lookup of `key` will touch (its index entries and the records
-    /// they point at) into the cache, without waiting for it. Called for every key of a batch
-    /// before the batch runs, the cache misses of a large keyspace overlap instead of coming
-    /// one after another.
-    pub fn prefetch(&self, key: &[u8]) {
-        let hash = self.hash(key);
-        let part = &self.partitions[Self::partition_of(hash)];
-        // The probe reads the index's control bytes (the first miss); each candidate's record
-        // is only asked for, not compared, so nothing waits on it.
-        let _ = part.index.find(hash, |&o| {
-            if let Some(rec) = part.arena.get(o as usize..) {
-                prefetch_read(rec.as_ptr());
-            }
-            false
-        });
+    /// Starts loading what the lookups of `keys` will touch (their index entries and the
+    /// records they point at) into the cache, without waiting for it. Called with a batch's
+    /// keys before the batch runs, so the cache misses of a large keyspace overlap instead of
+    /// coming one after another.
+    ///
+    /// A lookup touches three cache lines, each found only through the one before: the
+    /// index's control bytes, the index slot, the record. So this goes over the keys twice.
+    /// The first pass reads only control bytes (a probe that compares nothing), and its misses
+    /// overlap across keys. The second pass finds those bytes in the cache, reads the slots
+    /// (their misses overlap too) and asks for each candidate's record without reading it.
+    pub fn prefetch<'k>(&self, keys: impl Iterator<Item = &'k [u8]>, hashes: &mut Vec<u64>) {
+        hashes.clear();
+        for key in keys {
+            let hash = self.hash(key);
+            hashes.push(hash);
+            let part = &self.partitions[Self::partition_of(hash)];
+            let _ = part.index.find(hash, |_| false);
+        }
+        for &hash in hashes.iter() {
+            let part = &self.partitions[Self::partition_of(hash)];
+            let _ = part.index.find(hash, |&o| {
+                if let Some(rec) = part.arena.get(o as usize..) {
+                    prefetch_read(rec.as_ptr());
+                }
+                false
+            });
+        }
     }
 
     /// Finds `key`, dropping it first if it has expired.
