@@ -659,16 +659,37 @@ impl InlineWriter {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                let loop_rt = rt.clone();
-                rt.spawn_blocking(move || {
-                    let (tmp, prefix) = prepare(&me);
-                    loop_rt.spawn(async move { install(&me, tmp, prefix) });
-                });
+                // A thread of its own, at a lower priority: on a busy machine the copy (tens of
+                // MB read and written) would otherwise take its share of a core from the event
+                // loops, and every replica of a group compacts at about the same time.
+                let spawned = std::thread::Builder::new()
+                    .name("bucketd-compact".into())
+                    .spawn(move || {
+                        lower_priority();
+                        let (tmp, prefix) = prepare(&me);
+                        rt.spawn(async move { install(&me, tmp, prefix) });
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!("log compaction not started: {e}");
+                    lock(&self.w).install_background(Err(e));
+                }
             }
             Err(_) => {
                 let (tmp, prefix) = prepare(&me);
                 install(&me, tmp, prefix);
             }
         }
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10), for background work that
+/// must not slow the event loops down.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; on Linux a thread id names one thread
+    // for PRIO_PROCESS, so only the calling thread is affected.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
     }
 }
