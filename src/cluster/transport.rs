@@ -728,6 +728,9 @@ pub(crate) trait Pinger: Send + Sync + 'static {
 /// that the promises a quiet leader's followers make run out together), with at most one
 /// ping in flight per peer. An answer counts from when its ping was sent (the peer answered
 /// some moment after that), and like any response it counts as hearing from the peer.
+/// At most this many pings to one peer wait for their answers at a time.
+const PINGS_IN_FLIGHT: usize = 3;
+
 pub(crate) fn ping_peers<P: Pinger>(
     net: &Network,
     pinger: Arc<P>,
@@ -735,18 +738,23 @@ pub(crate) fn ping_peers<P: Pinger>(
     handle: &tokio::runtime::Handle,
 ) {
     let net = net.clone();
-    let peers: Vec<(NodeId, Arc<std::sync::atomic::AtomicBool>)> = net
+    let peers: Vec<(NodeId, Arc<AtomicUsize>)> = net
         .inner
         .links
         .keys()
-        .map(|&id| (id, Arc::new(std::sync::atomic::AtomicBool::new(false))))
+        .map(|&id| (id, Arc::new(AtomicUsize::new(0))))
         .collect();
     let mut shutdown = net.inner.shutdown.clone();
     handle.spawn(async move {
         let mut tick = super::ticker(every);
         while super::next_tick(&mut tick, &mut shutdown).await {
             for (peer, in_flight) in &peers {
-                if in_flight.swap(true, Ordering::Relaxed) {
+                // A ping is sent every interval even while earlier ones wait for their
+                // answers: on a loaded node an answer can take longer than an interval, and a
+                // lease renewed only by every other ping would lapse between them. Each waits
+                // three intervals at most, so a silent peer has at most three on their way.
+                if in_flight.fetch_add(1, Ordering::Relaxed) >= PINGS_IN_FLIGHT {
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
                     continue;
                 }
                 let (peer, in_flight) = (*peer, in_flight.clone());
@@ -763,7 +771,7 @@ pub(crate) fn ping_peers<P: Pinger>(
                         }
                         pinger.answered(peer, sent, &ping, &ack);
                     }
-                    in_flight.store(false, Ordering::Relaxed);
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
                 });
             }
         }
