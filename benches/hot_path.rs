@@ -282,7 +282,7 @@ fn full_store(keys: &[Bytes]) -> Store {
     for k in keys {
         keyed::execute(
             &mut store,
-            KeyCmd::Throttle {
+            &KeyCmd::Throttle {
                 key: k.clone(),
                 args,
             },
@@ -354,7 +354,7 @@ fn keyspace(c: &mut Criterion) {
                 key: keys[order[i]].clone(),
                 args,
             };
-            keyed::execute(&mut store, cmd, now, &mut st)
+            keyed::execute(&mut store, &cmd, now, &mut st)
         })
     });
     g.finish();

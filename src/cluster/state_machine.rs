@@ -345,7 +345,7 @@ impl Executor for LocalExecutor {
             .map(|b| {
                 b.cmds
                     .iter()
-                    .map(|c| crate::cmd::keyed::execute_ref(&mut store, c, b.now, &mut st))
+                    .map(|c| crate::cmd::keyed::execute(&mut store, c, b.now, &mut st))
                     .collect()
             })
             .collect())

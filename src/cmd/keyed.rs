@@ -348,19 +348,10 @@ pub struct ExecStats {
     pub denied: u64,
 }
 
-/// Applies one command to the store at time `now` (ns), in the family file that owns it.
-pub fn execute(store: &mut Store, cmd: KeyCmd, now: u64, stats: &mut ExecStats) -> Reply {
-    execute_ref(store, &cmd, now, stats)
-}
-
-/// `execute` for a command that stays where it is: a committed log entry's commands are
-/// shared with the log and the replication streams, and are applied without a copy.
-pub(crate) fn execute_ref(
-    store: &mut Store,
-    cmd: &KeyCmd,
-    now: u64,
-    stats: &mut ExecStats,
-) -> Reply {
+/// Applies one command to the store at time `now` (ns), in the family file that owns it. By
+/// reference: a committed log entry's commands are shared with the log and the replication
+/// streams, and are applied without a copy.
+pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats) -> Reply {
     match cmd {
         KeyCmd::Get(key) => strings::get(store, key, now),
         KeyCmd::Set {

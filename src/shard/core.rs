@@ -157,12 +157,7 @@ impl ShardCore {
         let mut n = 0u64;
         for c in cmds {
             n += 1;
-            if !each(keyed::execute_ref(
-                &mut self.store,
-                c.borrow(),
-                now,
-                &mut st,
-            )) {
+            if !each(keyed::execute(&mut self.store, c.borrow(), now, &mut st)) {
                 break;
             }
         }
