@@ -69,8 +69,6 @@ pub struct ShardCore {
     /// The most bytes the store held since memory was last handed back.
     peak_since_trim: usize,
     last_trim: std::time::Instant,
-    /// The hashes of a batch's keys while `prefetch` runs (kept to reuse the allocation).
-    hashes: Vec<u64>,
     /// In a cluster: gathers key commands into log entries of the groups this shard owns.
     pub proposer: Option<crate::cluster::proposer::Proposer>,
 }
@@ -112,7 +110,6 @@ impl ShardCore {
             stats,
             peak_since_trim: 0,
             last_trim: std::time::Instant::now(),
-            hashes: Vec::with_capacity(PREFETCH_MAX),
             proposer: None,
         }
     }
@@ -141,7 +138,7 @@ impl ShardCore {
                 .iter()
                 .take(PREFETCH_MAX)
                 .filter_map(KeyCmd::single_key);
-            self.store.prefetch(keys, &mut self.hashes);
+            self.store.prefetch(keys);
         }
     }
 

@@ -36,6 +36,8 @@ pub struct Store {
     /// Sum of the sampled TTLs (ns) and their number, over the sweep's current round.
     ttl_sample: (u128, u64),
     scratch: Vec<u8>,
+    /// The hashes of a batch's keys while `prefetch` runs (kept to reuse the allocation).
+    hashes: Vec<u64>,
 }
 
 impl Store {
@@ -62,6 +64,7 @@ impl Store {
             sweep_cursor: 0,
             ttl_sample: (0, 0),
             scratch: Vec::new(),
+            hashes: Vec::new(),
         }
     }
 

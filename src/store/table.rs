@@ -226,7 +226,8 @@ impl Store {
     /// The first pass reads only control bytes (a probe that compares nothing), and its misses
     /// overlap across keys. The second pass finds those bytes in the cache, reads the slots
     /// (their misses overlap too) and asks for each candidate's record without reading it.
-    pub fn prefetch<'k>(&self, keys: impl Iterator<Item = &'k [u8]>, hashes: &mut Vec<u64>) {
+    pub fn prefetch<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
+        let mut hashes = std::mem::take(&mut self.hashes);
         hashes.clear();
         for key in keys {
             let hash = self.hash(key);
@@ -234,7 +235,7 @@ impl Store {
             let part = &self.partitions[Self::partition_of(hash)];
             let _ = part.index.find(hash, |_| false);
         }
-        for &hash in hashes.iter() {
+        for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
             let _ = part.index.find(hash, |&o| {
                 if let Some(rec) = part.arena.get(o as usize..) {
@@ -243,6 +244,7 @@ impl Store {
                 false
             });
         }
+        self.hashes = hashes;
     }
 
     /// Finds `key`, dropping it first if it has expired.
