@@ -936,3 +936,60 @@ async fn appends_while_compacting_in_the_background_are_kept() {
         Some(Vote::new_committed(7, 2))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compactions_one_after_another_with_appends_throughout_keep_every_entry() {
+    // Each background compaction copies what was appended while it ran after the live
+    // records; the next compaction finds records by the places the first one gave them, so a
+    // place (or the file's length) off by the bytes appended meanwhile shows here: as a
+    // compaction that fails, or as a log that does not replay.
+    let dir = TempDir::new("compact-bg-rounds");
+    let entry_size = 1000;
+    let per_round = 2 * COMPACT_MIN_BYTES / entry_size as u64;
+    let (a, b) = (6, 7);
+    let mut next_a = 1;
+    let mut next_b = 1;
+    {
+        let log = open(&dir, false);
+        for _round in 0..3 {
+            let mut sa = log.group(a);
+            for chunk in (next_a..next_a + per_round).collect::<Vec<_>>().chunks(100) {
+                append(
+                    &mut sa,
+                    chunk.iter().map(|&i| normal(1, i, entry_size)).collect(),
+                )
+                .await;
+            }
+            next_a += per_round;
+            let before = file_len(&log_file(&dir.0));
+            // All but the last few entries of `a` die at once; `b` keeps appending until the
+            // file has been rewritten, so appends land while the copy runs.
+            sa.purge(log_id(1, next_a - 5)).await.unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let mut sb = log.group(b);
+            while file_len(&log_file(&dir.0)) >= before {
+                append(&mut sb, vec![normal(1, next_b, 200)]).await;
+                next_b += 1;
+                assert!(std::time::Instant::now() < deadline, "log never compacted");
+            }
+            // A few more after the rewrite, placed by the new file's length.
+            for _ in 0..20 {
+                append(&mut sb, vec![normal(1, next_b, 200)]).await;
+                next_b += 1;
+            }
+        }
+    }
+    let log = open(&dir, false);
+    let entries = all_entries(&mut log.group(a)).await;
+    assert_eq!(entries.len(), 4);
+    assert_eq!(
+        entries.last().map(|e| e.log_id),
+        Some(log_id(1, next_a - 1))
+    );
+    let entries = all_entries(&mut log.group(b)).await;
+    assert_eq!(entries.len() as u64, next_b - 1);
+    assert_eq!(
+        entries.last().map(|e| e.log_id),
+        Some(log_id(1, next_b - 1))
+    );
+}

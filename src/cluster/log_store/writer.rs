@@ -8,7 +8,7 @@ use crate::sync::lock;
 use openraft::storage::IOFlushed;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -127,13 +127,7 @@ pub(super) fn write_prefix(
         .min()
         .unwrap_or(len0)
         .min(len0);
-    let mut old = Vec::new();
-    {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = File::open(dir.join(LOG_FILE))?;
-        f.seek(SeekFrom::Start(base))?;
-        f.take(len0 - base).read_to_end(&mut old)?;
-    }
+    let old = read_log_range(dir, base, len0)?;
     let (index, bytes) = live_records(index, &old, base)?;
     let mut f = File::create(tmp)?;
     f.write_all(&bytes)?;
@@ -153,20 +147,24 @@ pub(super) fn catch_up(dir: &Path, tmp: &Path, p: &mut Prefix, to: u64) -> io::R
     if to <= p.copied_to {
         return Ok(());
     }
-    let mut chunk = Vec::new();
-    {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut f = File::open(dir.join(LOG_FILE))?;
-        f.seek(SeekFrom::Start(p.copied_to))?;
-        f.take(to - p.copied_to).read_to_end(&mut chunk)?;
-    }
-    if (chunk.len() as u64) != to - p.copied_to {
-        return Err(invalid_data("raft log shorter than written"));
-    }
+    let chunk = read_log_range(dir, p.copied_to, to)?;
     let mut f = OpenOptions::new().append(true).open(tmp)?;
     f.write_all(&chunk)?;
     p.copied_to = to;
     Ok(())
+}
+
+/// The log's bytes from offset `from` to `to`, all of them.
+fn read_log_range(dir: &Path, from: u64, to: u64) -> io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(dir.join(LOG_FILE))?;
+    f.seek(SeekFrom::Start(from))?;
+    let mut bytes = Vec::new();
+    f.take(to.saturating_sub(from)).read_to_end(&mut bytes)?;
+    if (bytes.len() as u64) != to.saturating_sub(from) {
+        return Err(invalid_data("raft log shorter than written"));
+    }
+    Ok(bytes)
 }
 
 /// Every group's live records, as `index` places them in `old` (which holds the file from
@@ -434,23 +432,18 @@ impl LogWriter {
     pub(super) fn finish_background(
         &self,
         tmp: &Path,
-        p: Prefix,
+        mut p: Prefix,
     ) -> io::Result<Option<(DiskIndex, u64)>> {
         if self.check().is_err() {
             let _ = fs::remove_file(tmp);
             return Ok(None);
         }
-        let mut tail = Vec::new();
-        {
-            use std::io::{Seek, SeekFrom};
-            let mut f = File::open(self.dir.join(LOG_FILE))?;
-            f.seek(SeekFrom::Start(p.copied_to))?;
-            f.read_to_end(&mut tail)?;
-        }
-        let tail_len = self.len.saturating_sub(p.copied_to);
-        tail.truncate(usize::try_from(tail_len).unwrap_or(usize::MAX));
-        if (tail.len() as u64) != tail_len {
-            return Err(invalid_data("raft log shorter than written"));
+        // The records written since the last catch-up; then the new file is the prefix and
+        // everything from `len0` on, as it was.
+        catch_up(&self.dir, tmp, &mut p, self.len)?;
+        let len = p.len + (self.len - p.len0);
+        if fs::metadata(tmp)?.len() != len {
+            return Err(invalid_data("compacted raft log is not as long as planned"));
         }
         let mut index = DiskIndex::default();
         for (&group, g) in &self.index.groups {
@@ -481,9 +474,7 @@ impl LogWriter {
                 index.entry(group, i, at, size);
             }
         }
-        let mut f = OpenOptions::new().append(true).open(tmp)?;
-        f.write_all(&tail)?;
-        Ok(Some((index, p.len + tail_len)))
+        Ok(Some((index, len)))
     }
 
     pub(super) fn install_compacted(&mut self, tmp: &Path, (index, len): (DiskIndex, u64)) {
