@@ -41,16 +41,8 @@ trap cleanup EXIT
 for b in "$OLD" "$NEW"; do [[ -x $b ]] || { echo "no binary at $b" >&2; exit 2; }; done
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark is missing" >&2; exit 2; }
 
-# free_ports N: N distinct free TCP ports on loopback.
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
+# shellcheck source=benches/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 # wait_up PORT [cluster]: until the node answers PING (and, for a cluster, every slot is served).
 wait_up() {

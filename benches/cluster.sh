@@ -28,18 +28,8 @@ PAUSE_IDLE=${PAUSE_IDLE:-1}
 ERRS="$WORK/errors.tsv"
 : >"$ERRS"
 
-# free_ports N: N distinct free loopback ports (all bound at once, so none repeats).
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-EOF
-}
+# shellcheck source=benches/ports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 # info_line PORT SECTION FIELD: one field of INFO, without the carriage return.
 info_line() {
