@@ -90,6 +90,17 @@ pub struct Flags {
     /// heartbeating until the next write (0 = never; default 2000).
     #[arg(long)]
     pub quiet_after_ms: Option<u64>,
+    /// Join a running cluster through any member's client address (HOST:PORT). The cluster
+    /// gives this node its id; a node that joined restarts from its data dir without it.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// The port peers reach a joining node on (default: --port + 10000).
+    #[arg(long)]
+    pub peer_port: Option<u16>,
+    /// The host name or address clients and peers reach a joining node at (default: the
+    /// --bind address).
+    #[arg(long)]
+    pub announce_host: Option<String>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -131,6 +142,11 @@ struct FileSettings {
     fsync: Option<bool>,
     #[serde(alias = "quiet_after_ms")]
     quiet_after_ms: Option<u64>,
+    join: Option<String>,
+    #[serde(alias = "peer_port")]
+    peer_port: Option<u16>,
+    #[serde(alias = "announce_host")]
+    announce_host: Option<String>,
 }
 
 /// Fully resolved settings.
@@ -226,6 +242,9 @@ struct ClusterRaw {
     forward: Option<bool>,
     fsync: Option<bool>,
     quiet_after_ms: Option<u64>,
+    join: Option<String>,
+    peer_port: Option<u16>,
+    announce_host: Option<String>,
 }
 
 impl ClusterRaw {
@@ -241,17 +260,61 @@ impl ClusterRaw {
             data_dir,
             forward,
             fsync,
-            quiet_after_ms
+            quiet_after_ms,
+            join,
+            peer_port,
+            announce_host
         );
     }
 
-    fn build(self) -> Result<Option<crate::cluster::node::ClusterSettings>, StartError> {
-        use crate::cluster::spec::ClusterSpec;
+    fn build(
+        self,
+        bind: &str,
+        port: u16,
+    ) -> Result<Option<crate::cluster::node::ClusterSettings>, StartError> {
+        use crate::cluster::spec::{ClusterSpec, NodeSpec};
         let Some(nodes) = self.nodes else {
             if self.node_id.is_some() {
                 return Err(StartError::NodeIdWithoutNodes);
             }
-            return Ok(None);
+            let Some(join) = self.join else {
+                return Ok(None);
+            };
+            // The id and the members come from the cluster when the node starts.
+            if port == 0 {
+                return Err(StartError::Setting(
+                    "--join needs a fixed --port: the cluster tells clients where this node is"
+                        .into(),
+                ));
+            }
+            let peer_port = match self.peer_port {
+                Some(p) => p,
+                None => port.checked_add(10_000).ok_or_else(|| {
+                    StartError::Setting("--port is too high for the default --peer-port".into())
+                })?,
+            };
+            let host = self.announce_host.unwrap_or_else(|| bind.to_string());
+            let spec = ClusterSpec {
+                nodes: vec![NodeSpec {
+                    id: 0,
+                    host,
+                    port,
+                    peer_port,
+                }],
+                replicas: 1,
+                groups: 1,
+            };
+            let data_dir = self
+                .data_dir
+                .unwrap_or_else(|| std::path::PathBuf::from(format!("bucketd-data/port-{port}")));
+            let mut c = crate::cluster::node::ClusterSettings::new(0, spec, data_dir);
+            c.join = Some(join);
+            c.forward = self.forward.unwrap_or(false);
+            c.fsync = self.fsync.unwrap_or(false);
+            if let Some(ms) = self.quiet_after_ms {
+                c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+            }
+            return Ok(Some(c));
         };
         let nodes = ClusterSpec::parse_nodes(&nodes).map_err(StartError::Spec)?;
         let node_id = self.node_id.ok_or(StartError::NoNodeId)?;
@@ -321,6 +384,9 @@ impl Settings {
                 forward: f.forward.take(),
                 fsync: f.fsync.take(),
                 quiet_after_ms: f.quiet_after_ms.take(),
+                join: f.join.take(),
+                peer_port: f.peer_port.take(),
+                announce_host: f.announce_host.take(),
             });
             s.apply_file(f).map_err(StartError::Setting)?;
         }
@@ -334,8 +400,11 @@ impl Settings {
             forward: flags.forward,
             fsync: flags.fsync,
             quiet_after_ms: flags.quiet_after_ms,
+            join: flags.join.clone(),
+            peer_port: flags.peer_port,
+            announce_host: flags.announce_host.clone(),
         });
-        s.cluster = cluster.build()?;
+        s.cluster = cluster.build(&s.bind, s.port)?;
         if s.shards == 0 || s.shards > 1024 {
             return Err(StartError::ShardCount(s.shards));
         }

@@ -67,6 +67,8 @@ pub enum StartError {
     },
     /// The task starting the cluster failed.
     ClusterTask(tokio::task::JoinError),
+    /// The node could not join the cluster it was pointed at.
+    Join(String),
 }
 
 impl fmt::Display for StartError {
@@ -79,6 +81,7 @@ impl fmt::Display for StartError {
                 write!(f, "invalid config {}: {error}", path.display())
             }
             StartError::Setting(e) | StartError::Spec(e) | StartError::Rules(e) => f.write_str(e),
+            StartError::Join(e) => write!(f, "cannot join the cluster: {e}"),
             StartError::ShardCount(0) => f.write_str("shards must be at least 1"),
             StartError::ShardCount(_) => f.write_str("shards must be at most 1024"),
             StartError::NodeIdWithoutNodes => f.write_str("--node-id needs --cluster-nodes"),

@@ -37,6 +37,14 @@ impl RuleSet {
         self.rules.is_empty()
     }
 
+    /// Every rule as its spec, by name.
+    pub fn specs(&self) -> std::collections::BTreeMap<String, String> {
+        self.rules
+            .iter()
+            .map(|(k, r)| (k.clone(), r.to_string()))
+            .collect()
+    }
+
     /// Rules sorted by name.
     pub fn sorted(&self) -> Vec<(&str, &Rule)> {
         let mut v: Vec<_> = self.rules.iter().map(|(k, r)| (k.as_str(), r)).collect();
@@ -150,6 +158,22 @@ impl RuleStore {
             s.rules.insert(name.to_string(), rule);
         });
         Ok(())
+    }
+
+    /// Puts the cluster's rules in force, in place of this node's own: specs that do not
+    /// parse are left out (and said so).
+    pub fn replace_with(&self, specs: &std::collections::BTreeMap<String, String>) {
+        let mut rules = AHashMap::new();
+        for (name, spec) in specs {
+            match parse_spec(spec) {
+                Ok(r) => {
+                    rules.insert(name.clone(), r);
+                }
+                Err(e) => tracing::warn!(rule = %name, "a cluster rule does not parse: {e}"),
+            }
+        }
+        let _w = lock(&self.write);
+        self.current.store(Arc::new(RuleSet { rules }));
     }
 
     pub fn remove(&self, name: &str) -> bool {

@@ -2,6 +2,8 @@
 //! nodes.
 
 pub(crate) mod log_store;
+pub(crate) mod membership;
+pub(crate) mod meta;
 pub(crate) mod node;
 pub(crate) mod proposer;
 pub(crate) mod quiet;

@@ -10,8 +10,9 @@
 
 use crate::clock::Clock;
 use crate::cluster::log_store::NodeLog;
+use crate::cluster::meta::{MetaState, MetaStore};
 use crate::cluster::quiet::{self, Quiet, QuietPinger, QuietTimings};
-use crate::cluster::spec::ClusterSpec;
+use crate::cluster::spec::{ClusterSpec, NodeSpec};
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
 use crate::cluster::transport::{
     self, CallError, Faults, GroupSnapshotWire, Handler, Network, PeerError, Rpc, RpcOk,
@@ -22,6 +23,7 @@ use crate::error::StartError;
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::shutdown::Shutdown;
 use crate::store::Record;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use openraft::Instant as _;
 use openraft::error::ClientWriteError;
 use openraft::impls::BasicNode;
@@ -60,6 +62,12 @@ pub struct ClusterSettings {
     /// Quiet a group this node leads once it has had no write for this long: it stops
     /// heartbeating until the next write (see `quiet`). `None`: groups always heartbeat.
     pub quiet_after: Option<Duration>,
+    /// This node joined a running cluster (its id came from the cluster): it initialises no
+    /// group; the cluster adds it to the metadata group and moves replicas to it.
+    pub joined: bool,
+    /// Join the cluster through this member's client address: the node's id and the members
+    /// are not known until it starts.
+    pub join: Option<String>,
 }
 
 impl ClusterSettings {
@@ -83,6 +91,8 @@ impl ClusterSettings {
             // Long enough that a group in use does not go quiet between two bursts, short
             // enough that an idle cluster soon costs little.
             quiet_after: Some(Duration::from_secs(2)),
+            joined: false,
+            join: None,
         }
     }
 }
@@ -134,7 +144,48 @@ impl Executor for ShardExecutor {
     }
 }
 
-pub(crate) type GroupRaft = openraft::Raft<TypeConfig, GroupStateMachine<ShardExecutor>>;
+/// Where a group's committed entries go: a data group's to the shard that owns its keys, the
+/// metadata group's to the node's copy of the metadata.
+pub enum GroupExecutor {
+    Shard(ShardExecutor),
+    Meta(Arc<MetaStore>),
+}
+
+impl Executor for GroupExecutor {
+    async fn apply(&self, batches: Vec<EntryBatch>) -> io::Result<Vec<Vec<Reply>>> {
+        match self {
+            GroupExecutor::Shard(s) => s.apply(batches).await,
+            GroupExecutor::Meta(m) => Ok(batches
+                .iter()
+                .map(|b| {
+                    let replies = m.apply(&b.cmds);
+                    // Replies go back through Raft: metadata changes have no origin.
+                    if b.origin.is_some() {
+                        Vec::new()
+                    } else {
+                        replies
+                    }
+                })
+                .collect()),
+        }
+    }
+
+    async fn export(&self, now: u64) -> io::Result<Vec<Record>> {
+        match self {
+            GroupExecutor::Shard(s) => s.export(now).await,
+            GroupExecutor::Meta(m) => m.export(),
+        }
+    }
+
+    async fn import(&self, records: Vec<Record>) -> io::Result<()> {
+        match self {
+            GroupExecutor::Shard(s) => s.import(records).await,
+            GroupExecutor::Meta(m) => m.import(records),
+        }
+    }
+}
+
+pub(crate) type GroupRaft = openraft::Raft<TypeConfig, GroupStateMachine<GroupExecutor>>;
 
 /// Builds each group's network client: every group shares the node's one `Network`.
 #[derive(Clone)]
@@ -158,6 +209,8 @@ pub enum ProposeError {
     ClusterDown,
     /// The group did not commit in time, or lost its leader meanwhile; retry.
     TryAgain(String),
+    /// The cluster removed this node.
+    Removed,
 }
 
 impl std::fmt::Display for ProposeError {
@@ -166,6 +219,7 @@ impl std::fmt::Display for ProposeError {
             ProposeError::Moved(l) => write!(f, "node {l} leads the group"),
             ProposeError::ClusterDown => f.write_str("the group has no leader"),
             ProposeError::TryAgain(why) => f.write_str(why),
+            ProposeError::Removed => f.write_str("this node was removed from the cluster"),
         }
     }
 }
@@ -194,8 +248,13 @@ impl std::error::Error for TransferError {}
 
 pub struct Cluster {
     pub me: NodeId,
+    /// What the node was started with: the group count and replicas are the cluster's for
+    /// its whole life; the members are only the first ones (see `nodes`).
     pub spec: ClusterSpec,
-    groups: Vec<Option<GroupRaft>>,
+    /// Per group (the metadata group last, at index `spec.groups`), this node's replica.
+    groups: Vec<ArcSwapOption<GroupRaft>>,
+    /// Per group, its voters as this node's replica last saw them.
+    voters: Vec<ArcSwap<Vec<NodeId>>>,
     leaders: Arc<Vec<AtomicU64>>,
     /// Per group, while this node leads it: when a majority last acknowledged it, in ms since
     /// `born` (0: not yet).
@@ -219,7 +278,31 @@ pub struct Cluster {
     commands_proposed: AtomicU64,
     /// Which groups are quiet, and their leases.
     quiet: Quiet,
+    /// The cluster's metadata as applied here.
+    pub(crate) meta: Arc<MetaStore>,
+    /// What opening a replica needs: the node's log, the Raft settings, where snapshots go,
+    /// and the shards (with their event loops) that own the groups' keys.
+    node_log: NodeLog,
+    raft_config: Arc<openraft::Config>,
+    data_dir: PathBuf,
+    shards: Vec<ShardHandle>,
+    runtimes: Vec<tokio::runtime::Handle>,
+    /// Set once the cluster removed this node: it serves nothing from then on.
+    removed: std::sync::atomic::AtomicBool,
+    /// Replica moves this node runs now (as the leader of the groups concerned): how many,
+    /// and of which groups.
+    pub(crate) moves: std::sync::atomic::AtomicUsize,
+    pub(crate) moving: std::sync::Mutex<std::collections::HashSet<GroupId>>,
+    /// Per group this node holds no replica of: the leader its pings name (node, term, when
+    /// heard in ms since `born`).
+    remote_leaders: std::sync::Mutex<Vec<(NodeId, u64, u64)>>,
+    /// Called with the cluster's rules whenever they change.
+    rules_hook: std::sync::OnceLock<RulesHook>,
+    joined: bool,
 }
+
+/// What a node does with the cluster's rules.
+pub(crate) type RulesHook = Box<dyn Fn(&BTreeMap<String, String>) + Send + Sync>;
 
 impl Cluster {
     /// Opens (or creates) this node's replicas and joins the cluster. A group's replicas
@@ -228,7 +311,6 @@ impl Cluster {
         settings: ClusterSettings,
         shards: &[ShardHandle],
         runtimes: &[tokio::runtime::Handle],
-        shard_of_group: impl Fn(GroupId) -> usize,
         clock: Arc<dyn Clock>,
         shutdown: Shutdown,
     ) -> Result<Arc<Cluster>, StartError> {
@@ -240,6 +322,9 @@ impl Cluster {
             .cloned()
             .ok_or(StartError::NotInCluster(me))?;
         let handle = runtimes.first().cloned().ok_or(StartError::NoShards)?;
+        if shards.is_empty() {
+            return Err(StartError::NoShards);
+        }
         let faults = Arc::new(Faults::default());
         let peers: Vec<(NodeId, String)> = settings
             .spec
@@ -248,16 +333,10 @@ impl Cluster {
             .map(|n| (n.id, n.peer_addr()))
             .collect();
         let net = Network::new(me, &peers, faults.clone(), shutdown.clone());
-        let leaders: Arc<Vec<AtomicU64>> = Arc::new(
-            (0..settings.spec.groups)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        );
-        let quorum_acked: Arc<Vec<AtomicU64>> = Arc::new(
-            (0..settings.spec.groups)
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        );
+        let all = settings.spec.groups as usize + 1;
+        let leaders: Arc<Vec<AtomicU64>> = Arc::new((0..all).map(|_| AtomicU64::new(0)).collect());
+        let quorum_acked: Arc<Vec<AtomicU64>> =
+            Arc::new((0..all).map(|_| AtomicU64::new(0)).collect());
         let born = tokio::time::Instant::now();
 
         let listener = {
@@ -279,105 +358,33 @@ impl Cluster {
         };
         let config = Arc::new(config.validate().map_err(StartError::RaftConfig)?);
 
-        let mut plans = Vec::new();
-        for g in 0..settings.spec.groups {
-            let placement = settings.spec.placement(g);
-            if placement.contains(&me) {
-                let s = shard_of_group(g);
-                let exec = ShardExecutor {
-                    shard: shards[s].clone(),
-                    slots: settings.spec.group_slots(g),
-                };
-                let rt = runtimes.get(s).cloned().unwrap_or_else(|| handle.clone());
-                plans.push((g, placement, exec, rt));
-            }
-        }
         // A node that ran before may have made promises for quiet groups it no longer
         // remembers (see `quiet`).
         let restarted = settings.data_dir.exists();
-        let spec = settings.spec.clone();
         let data_dir = settings.data_dir.clone();
         let fsync = settings.fsync;
-        let net2 = net.clone();
-        let leaders2 = leaders.clone();
-        let acked2 = quorum_acked.clone();
-        let setup = handle.spawn(async move {
-            let mut rafts = Vec::new();
-            refuse_per_group_logs(&data_dir)?;
-            // One log for every group of the node, so one write (and fsync) carries them all.
-            let node_log =
-                NodeLog::open(Some(data_dir.join("raft-log")), fsync).map_err(StartError::Log)?;
-            for (g, placement, exec, rt) in plans {
-                let dir = data_dir.join(format!("group-{g:04}"));
-                let log = node_log.group(g);
-                let sm = GroupStateMachine::open(Arc::new(exec), Some(dir.join("snapshot")))
-                    .map_err(|error| StartError::Snapshot { group: g, error })?;
-                let factory = NetFactory(GroupNetworkFactory::new(net2.clone(), g));
-                // Created on the event loop of the shard that owns the group's keys: the
-                // group's Raft tasks all run there.
-                let config = config.clone();
-                let raft = rt
-                    .spawn(async move { GroupRaft::new(me, config, factory, log, sm).await })
-                    .await
-                    .map_err(|error| StartError::GroupTask { group: g, error })?
-                    .map_err(|error| StartError::Raft { group: g, error })?;
-                rafts.push((g, raft, placement, rt));
+        let node_log = handle
+            .spawn(async move {
+                refuse_per_group_logs(&data_dir)?;
+                // One log for every group of the node, so one write (and fsync) carries them
+                // all.
+                NodeLog::open(Some(data_dir.join("raft-log")), fsync).map_err(StartError::Log)
+            })
+            .await
+            .map_err(StartError::ClusterTask)??;
+
+        let spec = settings.spec.clone();
+        let meta_group = spec.groups;
+        // A new cluster's first placement; a joining node learns its groups from the metadata.
+        let first_voters = |g: GroupId| -> Vec<NodeId> {
+            if settings.joined {
+                Vec::new()
+            } else if g == meta_group {
+                spec.nodes.iter().map(|n| n.id).collect()
+            } else {
+                spec.placement(g)
             }
-            for (g, raft, placement, rt) in &rafts {
-                let members: BTreeMap<NodeId, BasicNode> = placement
-                    .iter()
-                    .filter_map(|id| spec.node(*id).map(|n| (*id, BasicNode::new(n.peer_addr()))))
-                    .collect();
-                // Every replica proposes the same initial membership, so the group forms even if
-                // some replicas start late; a restarted replica is already initialised and this
-                // is refused harmlessly.
-                if !raft.is_initialized().await.unwrap_or(true) {
-                    let _ = raft.initialize(members).await;
-                    if placement.first() == Some(&me) {
-                        // The first replica campaigns first, so leaders start out spread; the
-                        // balancer evens them out from there.
-                        let _ = raft.trigger().elect(false).await;
-                    }
-                }
-                let mut metrics = raft.metrics();
-                let leaders = leaders2.clone();
-                let acked = acked2.clone();
-                let g = *g as usize;
-                rt.spawn(async move {
-                    loop {
-                        let (leader, at) = {
-                            let m = metrics.borrow_watched();
-                            let at = match (&m.current_leader, &m.last_quorum_acked) {
-                                (Some(l), Some(t)) if *l == me => {
-                                    let since = born.elapsed().saturating_sub(t.elapsed());
-                                    u64::try_from(since.as_millis()).unwrap_or(u64::MAX).max(1)
-                                }
-                                _ => 0,
-                            };
-                            (m.current_leader.unwrap_or(0), at)
-                        };
-                        acked[g].store(at, Ordering::Relaxed);
-                        leaders[g].store(leader, Ordering::Relaxed);
-                        if metrics.changed().await.is_err() {
-                            leaders[g].store(0, Ordering::Relaxed);
-                            acked[g].store(0, Ordering::Relaxed);
-                            return;
-                        }
-                    }
-                });
-            }
-            Ok::<_, StartError>(
-                rafts
-                    .into_iter()
-                    .map(|(g, r, p, _)| (g, r, p))
-                    .collect::<Vec<_>>(),
-            )
-        });
-        let rafts = setup.await.map_err(StartError::ClusterTask)??;
-        let mut groups: Vec<Option<GroupRaft>> = (0..settings.spec.groups).map(|_| None).collect();
-        for (g, raft, _) in rafts {
-            groups[g as usize] = Some(raft);
-        }
+        };
         let quiet = Quiet::new(
             me,
             QuietTimings::new(
@@ -385,15 +392,16 @@ impl Cluster {
                 settings.heartbeat_ms,
                 settings.election_timeout_ms.0,
             ),
-            (0..settings.spec.groups)
-                .map(|g| settings.spec.placement(g))
-                .collect(),
+            (0..=meta_group).map(first_voters).collect(),
             restarted,
         );
         let cluster = Arc::new(Cluster {
             me,
             spec: settings.spec.clone(),
-            groups,
+            groups: (0..all).map(|_| ArcSwapOption::empty()).collect(),
+            voters: (0..=meta_group)
+                .map(|g| ArcSwap::from_pointee(first_voters(g)))
+                .collect(),
             leaders,
             quorum_acked,
             born,
@@ -408,7 +416,81 @@ impl Cluster {
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
             quiet,
+            meta: Arc::new(MetaStore::default()),
+            node_log,
+            raft_config: config,
+            data_dir: settings.data_dir.clone(),
+            shards: shards.to_vec(),
+            runtimes: runtimes.to_vec(),
+            removed: std::sync::atomic::AtomicBool::new(false),
+            moves: std::sync::atomic::AtomicUsize::new(0),
+            moving: std::sync::Mutex::new(std::collections::HashSet::new()),
+            rules_hook: std::sync::OnceLock::new(),
+            remote_leaders: std::sync::Mutex::new(vec![(0, 0, 0); all]),
+            joined: settings.joined,
         });
+
+        // The metadata group first: it says which groups this node holds now (a restarted
+        // node may hold others than it was created with).
+        let meta_raft = cluster.open_replica(meta_group).await?;
+        if restarted {
+            // The metadata replays from the node's own log and snapshot.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while !cluster.meta.get().is_bootstrapped() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        let known = cluster.meta.get();
+        let placement = known.placement();
+        let held: Vec<GroupId> = (0..meta_group)
+            .filter(|&g| {
+                if known.is_bootstrapped() {
+                    known
+                        .voters
+                        .get(g as usize)
+                        .is_some_and(|v| v.contains(&me))
+                        || placement.get(g as usize).is_some_and(|v| v.contains(&me))
+                } else {
+                    first_voters(g).contains(&me)
+                }
+            })
+            .collect();
+        for &g in &held {
+            cluster.open_replica(g).await?;
+        }
+        if !settings.joined {
+            // Every replica proposes the same initial membership, so a group forms even if
+            // some replicas start late; a restarted replica is already initialised and this
+            // is refused harmlessly.
+            for g in (0..meta_group).chain([meta_group]) {
+                let Some(raft) = cluster.raft(g) else {
+                    continue;
+                };
+                let placement = first_voters(g);
+                if !placement.contains(&me) {
+                    continue;
+                }
+                let members: BTreeMap<NodeId, BasicNode> = placement
+                    .iter()
+                    .filter_map(|id| spec.node(*id).map(|n| (*id, BasicNode::new(n.peer_addr()))))
+                    .collect();
+                let rt = cluster.runtime_of(g);
+                let first = placement.first() == Some(&me);
+                let done = rt.spawn(async move {
+                    if !raft.is_initialized().await.unwrap_or(true) {
+                        let _ = raft.initialize(members).await;
+                        if first {
+                            // The first replica campaigns first, so leaders start out spread;
+                            // the balancer evens them out from there.
+                            let _ = raft.trigger().elect(false).await;
+                        }
+                    }
+                });
+                let _ = done.await;
+            }
+        }
+        drop(meta_raft);
+
         let handler = Arc::new(PeerHandler(Arc::downgrade(&cluster)));
         let served_net = cluster.net.clone();
         let balance_shutdown = shutdown.clone();
@@ -430,28 +512,298 @@ impl Cluster {
             every,
             balance_shutdown.clone(),
         ));
-        handle.spawn(balance_leaders(Arc::downgrade(&cluster), balance_shutdown));
+        handle.spawn(balance_leaders(
+            Arc::downgrade(&cluster),
+            balance_shutdown.clone(),
+        ));
+        super::membership::spawn(&cluster, balance_shutdown);
         tracing::info!(
             node = me,
-            groups = cluster.groups.iter().filter(|g| g.is_some()).count(),
+            groups = held.len(),
+            joined = settings.joined,
             "joined the cluster"
         );
         Ok(cluster)
+    }
+
+    /// The event loop a group's Raft runs on: the one of the shard that owns its keys (the
+    /// metadata group's on the first shard's).
+    fn runtime_of(&self, g: GroupId) -> tokio::runtime::Handle {
+        if g >= self.spec.groups {
+            return self.handle.clone();
+        }
+        let s = g as usize % self.runtimes.len().max(1);
+        self.runtimes
+            .get(s)
+            .cloned()
+            .unwrap_or_else(|| self.handle.clone())
+    }
+
+    pub(crate) fn runtime_for(&self, g: GroupId) -> tokio::runtime::Handle {
+        self.runtime_of(g)
+    }
+
+    /// The event loop where the node's cluster-wide tasks run.
+    pub(crate) fn event_loop(&self) -> tokio::runtime::Handle {
+        self.handle.clone()
+    }
+
+    /// The metadata group's id: one past the last data group.
+    pub fn meta_group(&self) -> GroupId {
+        self.spec.groups
+    }
+
+    /// Opens this node's replica of `g` (what its log and snapshot hold, or an empty one that
+    /// its group's leader fills), and starts following its leadership and membership.
+    pub(crate) async fn open_replica(
+        self: &Arc<Self>,
+        g: GroupId,
+    ) -> Result<GroupRaft, StartError> {
+        if let Some(r) = self.raft(g) {
+            return Ok(GroupRaft::clone(&r));
+        }
+        let exec = if g == self.meta_group() {
+            GroupExecutor::Meta(self.meta.clone())
+        } else {
+            let s = g as usize % self.shards.len().max(1);
+            let shard = self.shards.get(s).cloned().ok_or(StartError::NoShards)?;
+            GroupExecutor::Shard(ShardExecutor {
+                shard,
+                slots: self.spec.group_slots(g),
+            })
+        };
+        let dir = if g == self.meta_group() {
+            self.data_dir.join("metadata")
+        } else {
+            self.data_dir.join(format!("group-{g:04}"))
+        };
+        let log = self.node_log.group(g);
+        let rt = self.runtime_of(g);
+        let sm = {
+            let snapshot_dir = dir.join("snapshot");
+            rt.spawn(async move { GroupStateMachine::open(Arc::new(exec), Some(snapshot_dir)) })
+                .await
+                .map_err(|error| StartError::GroupTask { group: g, error })?
+                .map_err(|error| StartError::Snapshot { group: g, error })?
+        };
+        let factory = NetFactory(GroupNetworkFactory::new(self.net.clone(), g));
+        // Created on the event loop of the shard that owns the group's keys: the group's Raft
+        // tasks all run there.
+        let config = self.raft_config.clone();
+        let me = self.me;
+        let raft = rt
+            .spawn(async move { GroupRaft::new(me, config, factory, log, sm).await })
+            .await
+            .map_err(|error| StartError::GroupTask { group: g, error })?
+            .map_err(|error| StartError::Raft { group: g, error })?;
+        if let Some(slot) = self.groups.get(g as usize) {
+            slot.store(Some(Arc::new(raft.clone())));
+        }
+        let mut metrics = raft.metrics();
+        let weak = Arc::downgrade(self);
+        let born = self.born;
+        rt.spawn(async move {
+            let i = g as usize;
+            loop {
+                let Some(c) = weak.upgrade() else { return };
+                let (leader, at, voters) = {
+                    let m = metrics.borrow_watched();
+                    let at = match (&m.current_leader, &m.last_quorum_acked) {
+                        (Some(l), Some(t)) if *l == me => {
+                            let since = born.elapsed().saturating_sub(t.elapsed());
+                            u64::try_from(since.as_millis()).unwrap_or(u64::MAX).max(1)
+                        }
+                        _ => 0,
+                    };
+                    let voters: Vec<NodeId> =
+                        m.membership_config.membership().voter_ids().collect();
+                    (m.current_leader.unwrap_or(0), at, voters)
+                };
+                c.quorum_acked[i].store(at, Ordering::Relaxed);
+                c.leaders[i].store(leader, Ordering::Relaxed);
+                if !voters.is_empty() && **c.voters[i].load() != voters {
+                    c.quiet.set_replicas(g, voters.clone());
+                    c.voters[i].store(Arc::new(voters));
+                }
+                drop(c);
+                if metrics.changed().await.is_err() {
+                    if let Some(c) = weak.upgrade() {
+                        c.leaders[i].store(0, Ordering::Relaxed);
+                        c.quorum_acked[i].store(0, Ordering::Relaxed);
+                    }
+                    return;
+                }
+            }
+        });
+        Ok(raft)
+    }
+
+    /// Stops this node's replica of `g` (a move took it elsewhere): its Raft stops and its
+    /// keys leave the shard.
+    pub(crate) async fn drop_replica(&self, g: GroupId) {
+        let Some(slot) = self.groups.get(g as usize) else {
+            return;
+        };
+        let Some(raft) = slot.swap(None) else { return };
+        let rt = self.runtime_of(g);
+        let _ = rt
+            .spawn(async move {
+                let _ = raft.shutdown().await;
+            })
+            .await;
+        self.leaders[g as usize].store(0, Ordering::Relaxed);
+        self.quorum_acked[g as usize].store(0, Ordering::Relaxed);
+        if g < self.meta_group() {
+            let s = g as usize % self.shards.len().max(1);
+            if let Some(shard) = self.shards.get(s) {
+                let exec = ShardExecutor {
+                    shard: shard.clone(),
+                    slots: self.spec.group_slots(g),
+                };
+                if let Err(e) = exec.import(Vec::new()).await {
+                    tracing::warn!(group = g, "could not clear the keys of a moved group: {e}");
+                }
+            }
+        }
+        // Its log and last snapshot stay: should the group come back to this node, the
+        // replica starts from them as any replica that fell behind does.
+        tracing::info!(group = g, "replica moved away");
+    }
+
+    /// The members of the cluster now (removed ones left out): from the metadata once the
+    /// cluster is formed, the start-up description before.
+    pub fn nodes(&self) -> Vec<NodeSpec> {
+        let meta = self.meta.get();
+        if meta.is_bootstrapped() {
+            meta.current().map(|m| m.node.clone()).collect()
+        } else {
+            self.spec.nodes.clone()
+        }
+    }
+
+    /// A member's addresses.
+    pub fn node(&self, id: NodeId) -> Option<NodeSpec> {
+        let meta = self.meta.get();
+        match meta.members.get(&id) {
+            Some(m) => Some(m.node.clone()),
+            None => self.spec.node(id).cloned(),
+        }
+    }
+
+    /// The metadata as applied here.
+    pub fn metadata(&self) -> Arc<MetaState> {
+        self.meta.get()
+    }
+
+    /// Group `g`'s voters: as this node's replica sees them, or as the metadata says for a
+    /// group this node holds no replica of.
+    pub fn voters(&self, g: GroupId) -> Vec<NodeId> {
+        if self.raft(g).is_some()
+            && let Some(v) = self.voters.get(g as usize)
+        {
+            let v = v.load();
+            if !v.is_empty() {
+                return Vec::clone(&v);
+            }
+        }
+        let meta = self.meta.get();
+        match meta.voters.get(g as usize) {
+            Some(v) if !v.is_empty() => v.clone(),
+            _ => self.spec.placement(g),
+        }
+    }
+
+    /// Whether the cluster removed this node.
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_removed(&self) {
+        if !self.removed.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                node = self.me,
+                "this node was removed from the cluster; it serves nothing any more"
+            );
+        }
+    }
+
+    /// Whether this node was created with the cluster (not joined later).
+    pub(crate) fn founder(&self) -> bool {
+        !self.joined
+    }
+
+    /// Sets what the node does with the cluster's rules when they change.
+    pub fn on_rules(&self, hook: RulesHook) {
+        let _ = self.rules_hook.set(hook);
+    }
+
+    pub(crate) fn rules_changed(&self, rules: &BTreeMap<String, String>) {
+        if let Some(h) = self.rules_hook.get() {
+            h(rules);
+        }
+    }
+
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        &self.data_dir
     }
 
     pub fn group_of_slot(&self, slot: u16) -> GroupId {
         self.spec.group_of_slot(slot)
     }
 
-    /// The group's leader as last seen, if any.
+    /// The group's leader as last seen, if any: as this node's replica sees it, or for a
+    /// group without a replica here, as the leader's pings said lately.
     pub fn leader(&self, g: GroupId) -> Option<NodeId> {
         match self
             .leaders
             .get(g as usize)
             .map(|l| l.load(Ordering::Relaxed))
         {
-            Some(0) | None => None,
-            Some(id) => Some(id),
+            Some(0) | None => {}
+            Some(id) => return Some(id),
+        }
+        if self
+            .groups
+            .get(g as usize)
+            .is_some_and(|r| r.load().is_some())
+        {
+            return None;
+        }
+        let (node, _, at) = crate::sync::lock(&self.remote_leaders)
+            .get(g as usize)
+            .copied()
+            .unwrap_or_default();
+        let fresh = u64::try_from(self.fail_after.as_millis()).unwrap_or(u64::MAX);
+        (node != 0 && self.ms_since_born().saturating_sub(at) <= fresh).then_some(node)
+    }
+
+    fn ms_since_born(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// The groups this node leads and serves now, with their terms (for its pings).
+    pub(crate) fn led_groups(&self) -> Vec<(GroupId, u64)> {
+        (0..self.spec.groups)
+            .filter(|&g| self.leads(g))
+            .filter_map(|g| {
+                self.raft(g)
+                    .map(|r| (g, r.metrics().borrow_watched().current_term))
+            })
+            .collect()
+    }
+
+    /// A peer's ping said which groups it leads.
+    pub(crate) fn note_leads(&self, from: NodeId, leads: &[(GroupId, u64)]) {
+        let now = self.ms_since_born();
+        let mut remote = crate::sync::lock(&self.remote_leaders);
+        for &(g, term) in leads {
+            if let Some(e) = remote.get_mut(g as usize)
+                && (term > e.1 || (term == e.1 && e.0 == from) || e.0 == 0)
+            {
+                *e = (from, term, now);
+            }
         }
     }
 
@@ -489,7 +841,7 @@ impl Cluster {
 
     /// Whether a majority of `g`'s replicas (this node counted) were heard from recently.
     fn majority_up(&self, g: GroupId) -> bool {
-        let replicas = self.spec.placement(g);
+        let replicas = self.voters(g);
         let up = replicas.iter().filter(|&&id| self.is_up(id)).count();
         up * 2 > replicas.len()
     }
@@ -542,8 +894,8 @@ impl Cluster {
 
     /// `g`'s replica on this node. Hand its leadership over with `transfer_leader`, not
     /// through the Raft handle, so that a quiet group is woken first.
-    pub fn raft(&self, g: GroupId) -> Option<&GroupRaft> {
-        self.groups.get(g as usize).and_then(Option::as_ref)
+    pub fn raft(&self, g: GroupId) -> Option<Arc<GroupRaft>> {
+        self.groups.get(g as usize).and_then(|r| r.load_full())
     }
 
     pub(crate) fn quiet(&self) -> &Quiet {
@@ -575,7 +927,7 @@ impl Cluster {
     /// woken and stops serving on its followers' promises first.
     pub async fn transfer_leader(&self, g: GroupId, to: NodeId) -> Result<(), TransferError> {
         let raft = self.raft(g).ok_or(TransferError::NoReplica(g))?;
-        self.quiet.before_transfer(g, raft);
+        self.quiet.before_transfer(g, &raft);
         raft.trigger()
             .transfer_leader(to)
             .await
@@ -592,6 +944,9 @@ impl Cluster {
         origin: Origin,
         cmds: Vec<KeyCmd>,
     ) -> Result<Option<Vec<Reply>>, ProposeError> {
+        if self.is_removed() {
+            return Err(ProposeError::Removed);
+        }
         let leader = match self.serving_leader(g) {
             Some(l) => Some(l),
             None => self.settled_leader(g).await,
@@ -642,12 +997,18 @@ impl Cluster {
     /// could not take.
     pub fn error_reply(&self, slot: u16, e: &ProposeError) -> String {
         match e {
-            ProposeError::Moved(leader) => match self.spec.node(*leader) {
+            ProposeError::Moved(leader) => match self.node(*leader) {
                 Some(n) => format!("MOVED {slot} {}", n.client_addr()),
                 None => "CLUSTERDOWN The cluster is down".to_string(),
             },
             ProposeError::ClusterDown => "CLUSTERDOWN The cluster is down".to_string(),
             ProposeError::TryAgain(why) => format!("TRYAGAIN {why}"),
+            ProposeError::Removed => {
+                format!(
+                    "ERR node {} was removed from the cluster; it serves nothing",
+                    self.me
+                )
+            }
         }
     }
 
@@ -673,7 +1034,7 @@ impl Cluster {
                 None => Err(ProposeError::ClusterDown),
             };
         };
-        self.quiet.on_write(self, g, raft).await;
+        self.quiet.on_write(self, g, &raft).await;
         if self.leader(g) == Some(self.me) && !self.leads(g) {
             // Leader by its own count but without a lease: either just elected (the lease
             // comes with the first acknowledged heartbeat) or cut off from its majority, in
@@ -726,7 +1087,7 @@ impl Cluster {
 
     /// Stops every group. Their tasks run on the shards' event loops, which end after this.
     pub async fn shutdown(&self) {
-        let rafts: Vec<GroupRaft> = self.groups.iter().flatten().cloned().collect();
+        let rafts: Vec<Arc<GroupRaft>> = self.groups.iter().filter_map(|r| r.load_full()).collect();
         let done = self.handle.spawn(async move {
             for r in rafts {
                 let _ = r.shutdown().await;
@@ -758,8 +1119,7 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdo
             continue;
         }
         let mut counts: BTreeMap<NodeId, usize> = c
-            .spec
-            .nodes
+            .nodes()
             .iter()
             .filter(|n| c.is_up(n.id))
             .map(|n| (n.id, 0))
@@ -790,8 +1150,7 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdo
                     .is_some_and(|i| Some(i) >= m.last_log_index)
             };
             let target = c
-                .spec
-                .placement(g)
+                .voters(g)
                 .into_iter()
                 .filter(|&id| id != c.me && caught_up(id))
                 .filter_map(|id| counts.get(&id).map(|&n| (n, id)))
@@ -849,10 +1208,16 @@ impl Handler for PeerHandler {
     async fn handle(&self, group: GroupId, rpc: Rpc) -> Result<RpcOk, PeerError> {
         let cluster = self.0.upgrade().ok_or(PeerError::ShuttingDown)?;
         let raft = || cluster.raft(group).ok_or(PeerError::NoReplica(group));
+        if cluster.is_removed() {
+            return Err(PeerError::NoReplica(group));
+        }
         let raft_err =
             |e: openraft::error::RaftError<TypeConfig, _>| PeerError::Raft(e.to_string());
         match rpc {
-            Rpc::Ping(ping) => Ok(RpcOk::Ping(cluster.quiet.on_ping(&cluster, &ping))),
+            Rpc::Ping(ping) => {
+                cluster.note_leads(ping.from, &ping.leads);
+                Ok(RpcOk::Ping(cluster.quiet.on_ping(&cluster, &ping)))
+            }
             Rpc::Forward(cmds) => cluster
                 .propose_local(group, cmds)
                 .await
@@ -861,7 +1226,7 @@ impl Handler for PeerHandler {
             Rpc::Append(r) => {
                 let raft = raft()?;
                 let res = raft.append_entries(r).await;
-                cluster.quiet.after_append(group, raft, res.as_ref().ok());
+                cluster.quiet.after_append(group, &raft, res.as_ref().ok());
                 res.map(RpcOk::Append).map_err(raft_err)
             }
             Rpc::Vote(r) => {
@@ -872,7 +1237,7 @@ impl Handler for PeerHandler {
                     .map_err(PeerError::VoteRefused)?;
                 cluster.quiet.before_vote(group, &r);
                 let res = raft.vote(r).await;
-                cluster.quiet.after_vote(group, raft);
+                cluster.quiet.after_vote(group, &raft);
                 res.map(RpcOk::Vote).map_err(raft_err)
             }
             Rpc::PreVote(r) => {
@@ -882,7 +1247,7 @@ impl Handler for PeerHandler {
                     .may_vote(group, &r)
                     .map_err(PeerError::VoteRefused)?;
                 let res = raft.pre_vote(r).await;
-                cluster.quiet.after_vote(group, raft);
+                cluster.quiet.after_vote(group, &raft);
                 res.map(RpcOk::Vote).map_err(raft_err)
             }
             Rpc::Snapshot { vote, snapshot } => {
@@ -901,7 +1266,7 @@ impl Handler for PeerHandler {
             }
             Rpc::TransferLeader(r) => {
                 let raft = raft()?;
-                cluster.quiet.on_transfer(group, raft);
+                cluster.quiet.on_transfer(group, &raft);
                 raft.handle_transfer_leader(r)
                     .await
                     .map(RpcOk::TransferLeader)

@@ -65,13 +65,14 @@ use crate::cluster::node::{Cluster, GroupRaft};
 use crate::cluster::transport::Pinger;
 use crate::cluster::typ::{GroupId, NodeId, TypeConfig};
 use crate::sync::lock;
+use arc_swap::ArcSwap;
 use openraft::Instant as _;
 use openraft::ServerState;
 use openraft::raft::{AppendEntriesResponse, VoteRequest};
 use openraft::type_config::async_runtime::WatchReceiver;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// The groups the sender leads quietly and shares with the receiver, each with the sender's
@@ -80,6 +81,9 @@ use std::time::{Duration, Instant};
 pub struct Ping {
     pub from: NodeId,
     pub quiet: Vec<(GroupId, u64)>,
+    /// The groups the sender leads and serves, with their terms: how a node learns the
+    /// leaders of the groups it holds no replica of.
+    pub leads: Vec<(GroupId, u64)>,
 }
 
 /// The answer to a `Ping`: which of its groups the answerer promised to stay quiet for, in
@@ -203,8 +207,9 @@ pub(crate) struct Quiet {
     born: Instant,
     /// Whether this node found groups on disk when it started: it may have promised before.
     restarted: bool,
-    /// Per group, its replicas (this node among them when it holds one).
-    replicas: Vec<Vec<NodeId>>,
+    /// Per group, its replicas (this node among them when it holds one); they change as
+    /// replicas move.
+    replicas: Vec<ArcSwap<Vec<NodeId>>>,
     /// Per group: whether it is led here quietly (read on the write path without the lock).
     quiet_led: Vec<AtomicBool>,
     /// Per group: whether this node follows it silenced (read on the append path).
@@ -231,13 +236,27 @@ impl Quiet {
             t,
             born: Instant::now(),
             restarted,
-            replicas,
+            replicas: replicas.into_iter().map(ArcSwap::from_pointee).collect(),
             quiet_led: (0..n).map(|_| AtomicBool::new(false)).collect(),
             silenced: (0..n).map(|_| AtomicBool::new(false)).collect(),
             lease_until: (0..n).map(|_| AtomicU64::new(0)).collect(),
             active: (0..n).map(|_| AtomicU64::new(0)).collect(),
             wakes: AtomicU64::new(0),
             state: Mutex::new((0..n).map(|_| GroupState::new()).collect()),
+        }
+    }
+
+    fn replicas_of(&self, g: GroupId) -> Arc<Vec<NodeId>> {
+        self.replicas
+            .get(g as usize)
+            .map(|r| r.load_full())
+            .unwrap_or_default()
+    }
+
+    /// A group's replicas changed (a move).
+    pub(crate) fn set_replicas(&self, g: GroupId, replicas: Vec<NodeId>) {
+        if let Some(r) = self.replicas.get(g as usize) {
+            r.store(Arc::new(replicas));
         }
     }
 
@@ -499,7 +518,7 @@ impl Quiet {
             .iter()
             .enumerate()
             .filter_map(|(g, st)| match st.mode {
-                Mode::QuietLeader(term) if self.replicas[g].contains(&peer) => {
+                Mode::QuietLeader(term) if self.replicas_of(g as GroupId).contains(&peer) => {
                     Some((g as GroupId, term))
                 }
                 _ => None,
@@ -508,6 +527,7 @@ impl Quiet {
         Ping {
             from: self.me,
             quiet,
+            leads: Vec::new(),
         }
     }
 
@@ -538,7 +558,7 @@ impl Quiet {
                 leader: ping.from,
                 at: now,
             });
-            self.switch(g, st, raft, Mode::Silenced);
+            self.switch(g, st, &raft, Mode::Silenced);
             promised.push(g);
         }
         PingAck { promised }
@@ -574,7 +594,7 @@ impl Quiet {
                 if let Some(a) = self.active.get(g as usize) {
                     a.store(self.now_ms(), Ordering::Relaxed);
                 }
-                self.switch(g, st, raft, Mode::Awake);
+                self.switch(g, st, &raft, Mode::Awake);
             }
         }
     }
@@ -583,7 +603,7 @@ impl Quiet {
     /// answer to the latest pings make a majority; the lease runs from the oldest of those
     /// pings.
     fn renew_lease(&self, g: GroupId, st: &mut GroupState) {
-        let replicas = &self.replicas[g as usize];
+        let replicas = self.replicas_of(g);
         let needed = replicas.len() / 2; // a majority, this node not counted
         let mut times: Vec<Instant> = st
             .acks
@@ -633,18 +653,18 @@ impl Quiet {
             if !leading {
                 if matches!(st.mode, Mode::QuietLeader(_)) || st.lease_term.is_some() {
                     self.drop_lease(g, st);
-                    self.switch(g, st, raft, Mode::Awake);
+                    self.switch(g, st, &raft, Mode::Awake);
                 }
                 if st.mode == Mode::Silenced && self.promise_released(g, st, now) {
-                    self.switch(g, st, raft, Mode::Awake);
+                    self.switch(g, st, &raft, Mode::Awake);
                 }
                 continue;
             }
             match st.mode {
-                Mode::Silenced => self.switch(g, st, raft, Mode::Awake),
+                Mode::Silenced => self.switch(g, st, &raft, Mode::Awake),
                 Mode::QuietLeader(t) if t != term => {
                     self.drop_lease(g, st);
-                    self.switch(g, st, raft, Mode::Awake);
+                    self.switch(g, st, &raft, Mode::Awake);
                 }
                 _ => {}
             }
@@ -657,7 +677,7 @@ impl Quiet {
                 >= u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
             if st.mode == Mode::Awake
                 && idle
-                && self.replicas[i].len() >= 2
+                && self.replicas_of(g).len() >= 2
                 && caught_up
                 && committed == last
                 && cluster.heartbeat_lease(g)
@@ -666,7 +686,7 @@ impl Quiet {
                     self.drop_lease(g, st);
                     st.lease_term = Some(term);
                 }
-                self.switch(g, st, raft, Mode::QuietLeader(term));
+                self.switch(g, st, &raft, Mode::QuietLeader(term));
             }
         }
     }
@@ -676,7 +696,8 @@ impl Quiet {
     /// interval later, and so on (see the module comment).
     fn promise_released(&self, g: GroupId, st: &GroupState, now: Instant) -> bool {
         let Some(p) = st.promise else { return true };
-        let rank = self.replicas[g as usize]
+        let rank = self
+            .replicas_of(g)
             .iter()
             .filter(|&&id| id != p.leader)
             .position(|&id| id == self.me)
@@ -705,7 +726,11 @@ pub(crate) struct QuietPinger(pub Weak<Cluster>);
 impl Pinger for QuietPinger {
     fn ping(&self, peer: NodeId) -> Ping {
         match self.0.upgrade() {
-            Some(c) => c.quiet().ping(peer),
+            Some(c) => {
+                let mut p = c.quiet().ping(peer);
+                p.leads = c.led_groups();
+                p
+            }
             None => Ping::default(),
         }
     }

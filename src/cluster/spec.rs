@@ -3,10 +3,10 @@
 
 use crate::cluster::typ::{GroupId, NodeId};
 use crate::slot::SLOTS;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// One node: clients connect to `host:port`, peers to `host:peer_port`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeSpec {
     pub id: NodeId,
     pub host: String,
@@ -125,23 +125,33 @@ impl ClusterSpec {
     /// the replica that campaigns first when the group is created, which gives leaders a first
     /// spread that the balancer then evens out.
     pub fn placement(&self, g: GroupId) -> Vec<NodeId> {
-        let mut scored: Vec<(u64, NodeId)> = self
-            .nodes
-            .iter()
-            .map(|n| {
-                (
-                    mix(u64::from(g) << 32 ^ n.id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-                    n.id,
-                )
-            })
-            .collect();
-        scored.sort_unstable_by(|a, b| b.cmp(a));
-        scored
-            .into_iter()
-            .take(self.replicas)
-            .map(|(_, id)| id)
-            .collect()
+        rendezvous(g, self.nodes.iter().map(|n| n.id), self.replicas)
     }
+}
+
+/// The `replicas` best of `nodes` for group `g`, best first: every node computes the same
+/// answer from the same set, and a node joining or leaving changes only the groups for which
+/// it scores (or scored) in the top `replicas`.
+pub(crate) fn rendezvous(
+    g: GroupId,
+    nodes: impl IntoIterator<Item = NodeId>,
+    replicas: usize,
+) -> Vec<NodeId> {
+    let mut scored: Vec<(u64, NodeId)> = nodes
+        .into_iter()
+        .map(|id| {
+            (
+                mix(u64::from(g) << 32 ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                id,
+            )
+        })
+        .collect();
+    scored.sort_unstable_by(|a, b| b.cmp(a));
+    scored
+        .into_iter()
+        .take(replicas)
+        .map(|(_, id)| id)
+        .collect()
 }
 
 /// splitmix64's finaliser: a fixed, well-mixed hash so every node computes the same placement.

@@ -28,6 +28,7 @@ use crate::cluster::typ::{GroupId, GroupSnapshot, NodeId, TypeConfig, Vote};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shutdown::Shutdown;
 use crate::sync::lock;
+use arc_swap::ArcSwap;
 use openraft::OptionalSend;
 use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::RPCOption;
@@ -363,7 +364,33 @@ struct PeerLink {
     addr: String,
     tx: Mutex<Option<QueueTx>>,
     in_flight: InFlight,
+    /// When the peer was last heard from (a request or a response), in ms since `born`.
+    heard: AtomicU64,
+    /// When a connection to the peer last failed (refused, reset, timed out), likewise.
+    failed: AtomicU64,
+    /// When the latest ping that the peer answered was sent, likewise: the peer was up and
+    /// agreed to what the answer says at least from then on.
+    ping_acked: AtomicU64,
+    /// Pings to the peer that wait for their answers.
+    pings_in_flight: Arc<AtomicUsize>,
 }
+
+impl PeerLink {
+    fn new(addr: String) -> PeerLink {
+        PeerLink {
+            addr,
+            tx: Mutex::new(None),
+            in_flight: Arc::new(Mutex::new(HashMap::new())),
+            heard: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            ping_acked: AtomicU64::new(0),
+            pings_in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+/// Every peer's link, by node id: replaced whole when a node joins the cluster.
+type Links = HashMap<NodeId, Arc<PeerLink>>;
 
 /// This node's side of the mesh: one link per peer. Cheap to clone.
 #[derive(Clone)]
@@ -373,14 +400,7 @@ pub struct Network {
 
 struct NetworkInner {
     me: NodeId,
-    links: HashMap<NodeId, PeerLink>,
-    /// When each peer was last heard from (a request or a response), in ms since `born`.
-    heard: HashMap<NodeId, AtomicU64>,
-    /// When a connection to each peer last failed (refused, reset, timed out), likewise.
-    failed: HashMap<NodeId, AtomicU64>,
-    /// When the latest ping that each peer answered was sent, likewise: the peer was up and
-    /// agreed to what the answer says at least from then on.
-    ping_acked: HashMap<NodeId, AtomicU64>,
+    links: ArcSwap<Links>,
     /// The address outgoing connections leave from: this node's own advertised address, so
     /// that on one machine nodes on 127.0.0.1, .2 and .3 can be cut apart by address.
     local_ip: Option<std::net::IpAddr>,
@@ -405,29 +425,11 @@ impl Network {
         faults: Arc<Faults>,
         shutdown: Shutdown,
     ) -> Network {
-        let links = peers
+        let links: Links = peers
             .iter()
             .filter(|(id, _)| *id != me)
-            .map(|(id, addr)| {
-                (
-                    *id,
-                    PeerLink {
-                        addr: addr.clone(),
-                        tx: Mutex::new(None),
-                        in_flight: Arc::new(Mutex::new(HashMap::new())),
-                    },
-                )
-            })
+            .map(|(id, addr)| (*id, Arc::new(PeerLink::new(addr.clone()))))
             .collect();
-        // One time stamp per peer, 0 until it is first set.
-        let stamps = || -> HashMap<NodeId, AtomicU64> {
-            peers
-                .iter()
-                .filter(|(id, _)| *id != me)
-                .map(|(id, _)| (*id, AtomicU64::new(0)))
-                .collect()
-        };
-        let (heard, failed, ping_acked) = (stamps(), stamps(), stamps());
         let local_ip = peers
             .iter()
             .find(|(id, _)| *id == me)
@@ -437,10 +439,7 @@ impl Network {
         Network {
             inner: Arc::new(NetworkInner {
                 me,
-                links,
-                heard,
-                failed,
-                ping_acked,
+                links: ArcSwap::from_pointee(links),
                 local_ip,
                 born: std::time::Instant::now(),
                 next_id: AtomicU64::new(1),
@@ -499,27 +498,64 @@ impl Network {
             .max(1)
     }
 
+    fn link(&self, peer: NodeId) -> Option<Arc<PeerLink>> {
+        self.inner.links.load().get(&peer).cloned()
+    }
+
+    /// Adds a peer (a node that joined), or points a known one at a new address. Its link
+    /// opens on the first message sent to it.
+    pub fn add_peer(&self, peer: NodeId, addr: &str) {
+        if peer == self.inner.me {
+            return;
+        }
+        self.inner.links.rcu(|links| {
+            let mut links = Links::clone(links);
+            if links.get(&peer).is_none_or(|l| l.addr != addr) {
+                links.insert(peer, Arc::new(PeerLink::new(addr.to_string())));
+            }
+            links
+        });
+    }
+
+    /// Forgets a peer (a node removed from the cluster): its link closes.
+    pub fn remove_peer(&self, peer: NodeId) {
+        self.inner.links.rcu(|links| {
+            let mut links = Links::clone(links);
+            links.remove(&peer);
+            links
+        });
+    }
+
+    /// Every peer this node knows.
+    pub fn peers(&self) -> Vec<NodeId> {
+        self.inner.links.load().keys().copied().collect()
+    }
+
     /// Notes that `peer` just said something.
     fn heard_from(&self, peer: NodeId) {
-        if let Some(at) = self.inner.heard.get(&peer) {
-            at.store(self.now_ms(), Ordering::Relaxed);
+        if let Some(l) = self.link(peer) {
+            l.heard.store(self.now_ms(), Ordering::Relaxed);
         }
     }
 
     /// Notes that a connection to `peer` just failed.
     fn failed_with(&self, peer: NodeId) {
-        if let Some(at) = self.inner.failed.get(&peer) {
-            at.store(self.now_ms(), Ordering::Relaxed);
+        if let Some(l) = self.link(peer) {
+            l.failed.store(self.now_ms(), Ordering::Relaxed);
         }
     }
 
-    fn stamp(map: &HashMap<NodeId, AtomicU64>, peer: NodeId) -> u64 {
-        map.get(&peer).map_or(0, |a| a.load(Ordering::Relaxed))
+    fn stamp(&self, peer: NodeId, which: impl Fn(&PeerLink) -> &AtomicU64) -> u64 {
+        self.inner
+            .links
+            .load()
+            .get(&peer)
+            .map_or(0, |l| which(l).load(Ordering::Relaxed))
     }
 
     /// How long ago `peer` was last heard from; `None` if never (or it is not a peer).
     pub fn last_heard(&self, peer: NodeId) -> Option<Duration> {
-        let at = Self::stamp(&self.inner.heard, peer);
+        let at = self.stamp(peer, |l| &l.heard);
         (at != 0).then(|| Duration::from_millis(self.now_ms().saturating_sub(at)))
     }
 
@@ -532,15 +568,15 @@ impl Network {
         if peer == self.inner.me {
             return true;
         }
-        let heard = Self::stamp(&self.inner.heard, peer);
-        let failed = Self::stamp(&self.inner.failed, peer);
+        let heard = self.stamp(peer, |l| &l.heard);
+        let failed = self.stamp(peer, |l| &l.failed);
         let within = u64::try_from(within.as_millis()).unwrap_or(u64::MAX);
         heard != 0 && heard > failed && self.now_ms().saturating_sub(heard) <= within
     }
 
     /// How long ago the latest ping `peer` answered was sent; `None` if it never answered one.
     pub fn last_ping_acked(&self, peer: NodeId) -> Option<Duration> {
-        let at = Self::stamp(&self.inner.ping_acked, peer);
+        let at = self.stamp(peer, |l| &l.ping_acked);
         (at != 0).then(|| Duration::from_millis(self.now_ms().saturating_sub(at)))
     }
 
@@ -564,9 +600,7 @@ impl Network {
 
     /// Whether an outgoing connection to `peer` is open now.
     pub fn link_open(&self, peer: NodeId) -> bool {
-        self.inner
-            .links
-            .get(&peer)
+        self.link(peer)
             .is_some_and(|l| lock(&l.tx).as_ref().is_some_and(|t| !t.is_closed()))
     }
 
@@ -574,6 +608,7 @@ impl Network {
     pub fn open_links(&self) -> usize {
         self.inner
             .links
+            .load()
             .values()
             .filter(|l| lock(&l.tx).as_ref().is_some_and(|t| !t.is_closed()))
             .count()
@@ -590,17 +625,13 @@ impl Network {
         if self.inner.faults.is_blocked(target) {
             return Err(CallError::Cut(target));
         }
-        let link = self
-            .inner
-            .links
-            .get(&target)
-            .ok_or(CallError::UnknownNode(target))?;
+        let link = self.link(target).ok_or(CallError::UnknownNode(target))?;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let mut bytes = Vec::new();
         encode(&PeerFrame::Request { id, group, rpc }, &mut bytes)?;
         let (tx, rx) = oneshot::channel();
         lock(&link.in_flight).insert(id, tx);
-        if let Err(refused) = self.queue(target, link, bytes) {
+        if let Err(refused) = self.queue(target, &link, bytes) {
             lock(&link.in_flight).remove(&id);
             return Err(match refused {
                 QueueRefused::Full => {
@@ -738,16 +769,18 @@ pub(crate) fn ping_peers<P: Pinger>(
     handle: &tokio::runtime::Handle,
 ) {
     let net = net.clone();
-    let peers: Vec<(NodeId, Arc<AtomicUsize>)> = net
-        .inner
-        .links
-        .keys()
-        .map(|&id| (id, Arc::new(AtomicUsize::new(0))))
-        .collect();
     let mut shutdown = net.inner.shutdown.clone();
     handle.spawn(async move {
         let mut tick = super::ticker(every);
         while super::next_tick(&mut tick, &mut shutdown).await {
+            // The peers of the moment: nodes join and leave.
+            let peers: Vec<(NodeId, Arc<AtomicUsize>)> = net
+                .inner
+                .links
+                .load()
+                .iter()
+                .map(|(&id, l)| (id, l.pings_in_flight.clone()))
+                .collect();
             for (peer, in_flight) in &peers {
                 // A ping is sent every interval even while earlier ones wait for their
                 // answers: on a loaded node an answer can take longer than an interval, and a
@@ -766,8 +799,8 @@ pub(crate) fn ping_peers<P: Pinger>(
                     // An answer later than a few intervals is of no use to a lease.
                     let answer = net.call(peer, 0, Rpc::Ping(ping.clone()), every * 3).await;
                     if let Ok(RpcOk::Ping(ack)) = answer {
-                        if let Some(at) = net.inner.ping_acked.get(&peer) {
-                            at.fetch_max(sent_ms, Ordering::Relaxed);
+                        if let Some(l) = net.link(peer) {
+                            l.ping_acked.fetch_max(sent_ms, Ordering::Relaxed);
                         }
                         pinger.answered(peer, sent, &ping, &ack);
                     }

@@ -30,6 +30,20 @@ pub enum ClusterCmd {
     },
     /// ASKING, READONLY, READWRITE: accepted in cluster mode, with nothing to change.
     Accepted,
+    /// BK.CLUSTER: the cluster's members, for operators.
+    Bk(Result<BkCluster, ArgError>),
+}
+
+/// BK.CLUSTER STATUS | REMOVE id | JOIN host port peer-port.
+pub enum BkCluster {
+    Status,
+    Remove(NodeId),
+    /// Sent by a starting node given `--join`.
+    Join {
+        host: String,
+        port: u16,
+        peer_port: u16,
+    },
 }
 
 pub enum ClusterSub {
@@ -59,6 +73,16 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
         group: "cluster",
         summary: "Cluster commands; standalone nodes answer CLUSTER KEYSLOT.",
         parse: Parser::Node(parse_cluster),
+    },
+    command! {
+        name: "bk.cluster",
+        arity: -2,
+        flags: ["admin"],
+        keys: (0, 0, 0),
+        acl: ["@admin", "@slow"],
+        group: "cluster",
+        summary: "The cluster's members: BK.CLUSTER STATUS | REMOVE node-id | JOIN host port peer-port.",
+        parse: Parser::Node(parse_bk_cluster),
     },
     command! {
         name: "asking",
@@ -126,6 +150,47 @@ fn parse_cluster_sub(a: &mut Args, sub: &str) -> Result<ClusterSub, ArgError> {
     Ok(ClusterSub::View(view))
 }
 
+fn parse_bk_cluster(a: &mut Args) -> Result<NodeCmd, ArgError> {
+    let sub = a.next_keyword()?;
+    let parsed = (|| {
+        let cmd = match sub.as_str() {
+            "STATUS" => BkCluster::Status,
+            "REMOVE" => {
+                let id = a.next_string()?;
+                let id = id
+                    .parse::<NodeId>()
+                    .map_err(|_| msg(format!("ERR invalid node id '{id}'")))?;
+                BkCluster::Remove(id)
+            }
+            "JOIN" => {
+                let host = a.next_string()?;
+                let mut port = || -> Result<u16, ArgError> {
+                    let p = a.next_string()?;
+                    p.parse::<u16>()
+                        .ok()
+                        .filter(|&p| p > 0)
+                        .ok_or_else(|| msg(format!("ERR invalid port '{p}'")))
+                };
+                let port_ = port()?;
+                let peer_port = port()?;
+                BkCluster::Join {
+                    host,
+                    port: port_,
+                    peer_port,
+                }
+            }
+            other => {
+                return Err(msg(format!(
+                    "ERR unknown subcommand '{other}' for BK.CLUSTER: use STATUS, REMOVE or JOIN"
+                )));
+            }
+        };
+        a.finish_as(Trailing::Syntax)?;
+        Ok(cmd)
+    })();
+    Ok(NodeCmd::Cluster(ClusterCmd::Bk(parsed)))
+}
+
 fn parse_accepted(_: &mut Args) -> Result<NodeCmd, ArgError> {
     Ok(NodeCmd::Cluster(ClusterCmd::Accepted))
 }
@@ -133,8 +198,45 @@ fn parse_accepted(_: &mut Args) -> Result<NodeCmd, ArgError> {
 const NO_CLUSTER: &str = "ERR This instance has cluster support disabled";
 
 /// Runs a cluster command from this node's view of the groups.
-pub(crate) fn run(c: &mut Conn, cmd: ClusterCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+pub(crate) async fn run(c: &mut Conn, cmd: ClusterCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     match cmd {
+        ClusterCmd::Bk(cmd) => {
+            let cmd = cmd?;
+            let Some(cl) = c.node().cluster().cloned() else {
+                return Err(fail(NO_CLUSTER));
+            };
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            match cmd {
+                BkCluster::Status => write_status(&cl, &mut w),
+                BkCluster::Remove(id) => {
+                    cl.remove_node(id).await.map_err(fail)?;
+                    w.ok();
+                }
+                BkCluster::Join {
+                    host,
+                    port,
+                    peer_port,
+                } => {
+                    let id = cl.admit(&host, port, peer_port).await.map_err(fail)?;
+                    let m = cl.metadata();
+                    let nodes: Vec<String> = m
+                        .current()
+                        .map(|n| {
+                            format!(
+                                "{}:{}:{}:{}",
+                                n.node.id, n.node.host, n.node.port, n.node.peer_port
+                            )
+                        })
+                        .collect();
+                    w.simple(&format!(
+                        "JOINED {id} {} {} {}",
+                        m.groups,
+                        m.replicas,
+                        nodes.join(",")
+                    ));
+                }
+            }
+        }
         ClusterCmd::Cluster { sub, cmd } => {
             note_subcommand(c, sub);
             match cmd? {
@@ -165,7 +267,7 @@ fn leader_or_guess(c: &Cluster, g: GroupId) -> NodeId {
     if let Some(l) = c.serving_leader(g) {
         return l;
     }
-    let placement = c.spec.placement(g);
+    let placement = c.voters(g);
     placement
         .iter()
         .copied()
@@ -176,11 +278,11 @@ fn leader_or_guess(c: &Cluster, g: GroupId) -> NodeId {
 }
 
 /// Replicas of `g`, leader first.
-fn members(c: &Cluster, g: GroupId) -> Vec<&NodeSpec> {
+fn members(c: &Cluster, g: GroupId) -> Vec<NodeSpec> {
     let leader = leader_or_guess(c, g);
-    let mut ids = c.spec.placement(g);
+    let mut ids = c.voters(g);
     ids.sort_by_key(|&id| id != leader);
-    ids.iter().filter_map(|&id| c.spec.node(id)).collect()
+    ids.iter().filter_map(|&id| c.node(id)).collect()
 }
 
 fn write_node(w: &mut ReplyWriter, n: &NodeSpec) {
@@ -205,7 +307,7 @@ fn write_view(c: &Cluster, view: &ClusterView, w: &mut ReplyWriter) {
                 w.array(2 + nodes.len());
                 w.int(i64::from(lo));
                 w.int(i64::from(hi));
-                for n in nodes {
+                for n in &nodes {
                     write_node(w, n);
                 }
             }
@@ -237,7 +339,7 @@ fn write_view(c: &Cluster, view: &ClusterView, w: &mut ReplyWriter) {
         }
         ClusterView::Nodes => {
             let mut text = String::new();
-            for n in &c.spec.nodes {
+            for n in &c.nodes() {
                 let up = c.is_up(n.id);
                 let led: Vec<String> = (0..c.spec.groups)
                     .filter(|&g| up && leader_or_guess(c, g) == n.id)
@@ -284,9 +386,8 @@ fn write_view(c: &Cluster, view: &ClusterView, w: &mut ReplyWriter) {
                     u32::from(hi) - u32::from(lo) + 1
                 })
                 .sum();
-            let masters = c
-                .spec
-                .nodes
+            let nodes = c.nodes();
+            let masters = nodes
                 .iter()
                 .filter(|n| (0..c.spec.groups).any(|g| leader_or_guess(c, g) == n.id))
                 .count();
@@ -298,11 +399,45 @@ fn write_view(c: &Cluster, view: &ClusterView, w: &mut ReplyWriter) {
             let text = format!(
                 "cluster_state:{state}\r\ncluster_slots_assigned:16384\r\ncluster_slots_ok:{ok_slots}\r\ncluster_slots_pfail:0\r\ncluster_slots_fail:{}\r\ncluster_known_nodes:{}\r\ncluster_size:{masters}\r\ncluster_current_epoch:1\r\ncluster_my_epoch:1\r\ncluster_groups:{}\r\ncluster_replicas:{}\r\n",
                 16384 - ok_slots,
-                c.spec.nodes.len(),
+                nodes.len(),
                 c.spec.groups,
                 c.spec.replicas,
             );
             w.verbatim(&text);
         }
+    }
+}
+
+/// BK.CLUSTER STATUS: the members, their state and load, and the moves still to make.
+fn write_status(c: &Cluster, w: &mut ReplyWriter) {
+    let m = c.metadata();
+    let members: Vec<_> = m.current().collect();
+    let leaders = |id: NodeId| {
+        (0..c.spec.groups)
+            .filter(|&g| c.serving_leader(g) == Some(id))
+            .count()
+    };
+    w.map(6);
+    w.kv_int("nodes", members.len() as i64);
+    w.kv_int("groups", i64::from(c.spec.groups));
+    w.kv_int("replicas", c.spec.replicas as i64);
+    w.kv_int("moves_in_progress", m.moves_in_progress() as i64);
+    w.kv_int("version", i64::try_from(m.version).unwrap_or(i64::MAX));
+    w.bulk(b"members");
+    w.array(members.len());
+    for member in members {
+        let n = &member.node;
+        let state = match member.state {
+            crate::cluster::meta::MemberState::Active if !c.is_up(n.id) => "down",
+            s => s.name(),
+        };
+        w.map(7);
+        w.kv_int("id", i64::try_from(n.id).unwrap_or(i64::MAX));
+        w.kv_str("address", &n.client_addr());
+        w.kv_str("peer_address", &n.peer_addr());
+        w.kv_str("state", state);
+        w.kv_int("replicas", m.replicas_on(n.id) as i64);
+        w.kv_int("leaders", leaders(n.id) as i64);
+        w.kv_str("myself", if n.id == c.me { "yes" } else { "no" });
     }
 }

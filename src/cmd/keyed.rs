@@ -247,6 +247,9 @@ pub enum KeyCmd {
         pattern: Option<Bytes>,
         type_name: Option<Bytes>,
     },
+    /// A change to the cluster's metadata, encoded (`cluster::meta::MetaOp`): only the
+    /// metadata group's log carries it, and only its state machine applies it.
+    Meta(Bytes),
 }
 
 /// A limit decision as it goes on the wire:
@@ -430,6 +433,7 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             type_name.as_deref(),
             now,
         ),
+        KeyCmd::Meta(_) => Reply::err("ERR metadata changes go to the metadata group"),
     }
 }
 

@@ -64,8 +64,8 @@ async fn dispatch(
         NodeCmd::Connection(cmd) => connection::run(c, cmd, buf)?,
         NodeCmd::Server(cmd) => server::run(c, cmd, buf).await?,
         NodeCmd::Scan(cmd) => scan::run(c, cmd, buf).await?,
-        NodeCmd::Rule(cmd) => rules::run(c, cmd, buf)?,
-        NodeCmd::Cluster(cmd) => cluster::run(c, cmd, buf)?,
+        NodeCmd::Rule(cmd) => rules::run(c, cmd, buf).await?,
+        NodeCmd::Cluster(cmd) => cluster::run(c, cmd, buf).await?,
         NodeCmd::Transaction(_) => {
             return Err(msg(format!(
                 "ERR command '{}' is not available here",

@@ -4,6 +4,8 @@
 use super::node::{Failure, msg as fail};
 use super::table::{CommandSpec, Parser, command};
 use super::{Finish, NodeCmd, Trailing, msg, resolve_spec};
+use crate::cluster::meta::MetaOp;
+use crate::cmd::keyed::Reply;
 use crate::limiter::Rule;
 use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
@@ -73,8 +75,49 @@ fn parse_rule(a: &mut Args) -> Result<NodeCmd, ArgError> {
     Ok(NodeCmd::Rule(cmd))
 }
 
-/// Runs BK.RULE against the node's rule set.
-pub(crate) fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+/// Runs BK.RULE against the node's rule set; in a cluster, changes go through the cluster's
+/// metadata, so every node sees them.
+pub(crate) async fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    if let Some(cluster) = c.node().cluster().cloned() {
+        let op = match &cmd {
+            RuleCmd::Set { name, rule } => {
+                crate::rules::validate_name(name).map_err(|e| fail(format!("ERR {e}")))?;
+                Some(MetaOp::SetRule {
+                    name: name.clone(),
+                    spec: rule.to_string(),
+                })
+            }
+            RuleCmd::Del(name) => Some(MetaOp::DelRule(name.clone())),
+            RuleCmd::Reload => {
+                let n = c.node().rules.reload().map_err(|e| {
+                    fail(format!("ERR rules not reloaded, previous rules kept: {e}"))
+                })?;
+                let specs = c.node().rules.load().specs();
+                cluster
+                    .propose_meta(MetaOp::LoadRules(specs))
+                    .await
+                    .map_err(|e| fail(cluster.error_reply(0, &e)))?;
+                ReplyWriter::new(buf, c.resp3()).int(n as i64);
+                return Ok(());
+            }
+            RuleCmd::Get(_) | RuleCmd::List => None,
+        };
+        if let Some(op) = op {
+            let reply = cluster
+                .propose_meta(op)
+                .await
+                .map_err(|e| fail(cluster.error_reply(0, &e)))?;
+            // The change is applied here before its reply comes back: the node's rules follow
+            // the metadata as soon as it changes.
+            let mut w = ReplyWriter::new(buf, c.resp3());
+            match reply {
+                Reply::Int(n) => w.int(n),
+                Reply::Error(e) => return Err(fail(e.into_owned())),
+                _ => w.ok(),
+            }
+            return Ok(());
+        }
+    }
     let rules = &c.node().rules;
     let mut w = ReplyWriter::new(buf, c.resp3());
     match cmd {

@@ -816,6 +816,7 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::SetNx { .. }
         | KeyCmd::ExpireTime { .. }
         | KeyCmd::IncrByFloat { .. }
-        | KeyCmd::MSet { .. } => false,
+        | KeyCmd::MSet { .. }
+        | KeyCmd::Meta(_) => false,
     }
 }

@@ -142,14 +142,17 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
             .map_err(StartError::ShardThread)?;
         threads.push(t);
     }
-    if let Some(cs) = cluster_settings {
+    if let Some(mut cs) = cluster_settings {
+        if let Some(addr) = cs.join.clone() {
+            crate::cluster::membership::resolve_join(&mut cs, &addr)
+                .await
+                .map_err(StartError::Join)?;
+        }
         // The shard threads must already run: replaying the log applies entries through them.
-        let n_shards = node.shards.len();
         let cluster = Cluster::start(
             cs,
             &node.shards,
             &runtimes,
-            |g| g as usize % n_shards,
             node.clock.clone(),
             shutdown.clone(),
         )
@@ -159,6 +162,18 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
                 .send(ShardMsg::Attach(cluster.clone(), fresh_run(shard.id)))
                 .await
                 .map_err(|_| StartError::ShardStopped)?;
+        }
+        {
+            // Weak: the node holds the cluster.
+            let n = Arc::downgrade(&node);
+            cluster.on_rules(Box::new(move |rules| {
+                if let Some(n) = n.upgrade() {
+                    n.rules.replace_with(rules);
+                }
+            }));
+        }
+        if node.rules.file().is_some() {
+            tokio::spawn(share_file_rules(node.clone(), cluster.clone()));
         }
         let _ = node.cluster.set(cluster);
     }
@@ -229,11 +244,46 @@ async fn watch_rules(node: Arc<Node>, mut shutdown: Shutdown) {
     loop {
         tokio::select! {
             _ = tick.tick() => match node.rules.reload_if_changed() {
-                Ok(Some(n)) => tracing::info!(rules = n, "rules file reloaded"),
+                Ok(Some(n)) => {
+                    tracing::info!(rules = n, "rules file reloaded");
+                    if let Some(c) = node.cluster() {
+                        tokio::spawn(share_file_rules(node.clone(), c.clone()));
+                    }
+                }
                 Ok(None) => {}
                 Err(e) => tracing::error!("rules file rejected, keeping the previous rules: {e}"),
             },
             _ = shutdown.recv() => break,
         }
     }
+}
+
+/// Hands the rules of this node's file to the cluster, which sets them on every node; tried
+/// until the cluster takes them. Where two nodes' files disagree on a rule, the file loaded
+/// last wins.
+async fn share_file_rules(node: Arc<Node>, cluster: Arc<Cluster>) {
+    let Some(path) = node.rules.file() else {
+        return;
+    };
+    let set = match std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| crate::rules::RuleSet::parse_toml(&t))
+    {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::error!("rules file not shared with the cluster: {e}");
+            return;
+        }
+    };
+    let specs = set.specs();
+    for _ in 0..100 {
+        match cluster
+            .propose_meta(crate::cluster::meta::MetaOp::LoadRules(specs.clone()))
+            .await
+        {
+            Ok(_) => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+        }
+    }
+    tracing::error!("the cluster did not take this node's rules file");
 }

@@ -1,0 +1,627 @@
+//! Changing the cluster while it serves: nodes join and leave, and group replicas move to
+//! where the metadata says they belong.
+//!
+//! Three loops run on every node:
+//! - `follow`: acts on each new metadata state. It knows every member's address, opens the
+//!   replicas this node should hold (empty; the group's leader fills them), stops the ones a
+//!   move took away, hands the rules to the node, and keeps `cluster.conf` in the data folder
+//!   up to date, so a node that joined restarts without `--join`.
+//! - `drive`, for each group this node leads: moves one replica at a time to where it
+//!   belongs, as TiKV's placement driver does: add the new node as a learner, wait until it
+//!   caught up, swap it in for the replica that leaves (joint consensus), then report the
+//!   group's new voters to the metadata. A leader that is itself leaving hands its leadership
+//!   to a replica that stays first, so clients only ever see `-MOVED`.
+//! - `drive`, on the metadata group's leader: writes the first metadata of a new cluster,
+//!   makes joining nodes voters of the metadata group (and then full members), and takes a
+//!   drained node out once no group has a replica on it.
+
+use crate::cluster::meta::{MemberState, MetaOp, MetaState};
+use crate::cluster::node::{Cluster, ProposeError};
+use crate::cluster::spec::{ClusterSpec, NodeSpec};
+use crate::cluster::transport::{CallError, PeerError, Rpc, RpcOk};
+use crate::cluster::typ::{GroupId, NodeId};
+use crate::cmd::keyed::Reply;
+use crate::shutdown::Shutdown;
+use openraft::ChangeMembers;
+use openraft::impls::BasicNode;
+use openraft::type_config::async_runtime::WatchReceiver;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often the loops look again when nothing woke them.
+const LOOK_EVERY: Duration = Duration::from_millis(200);
+/// Most replica moves one node runs at a time (as the leader of the groups that move).
+pub(crate) const MOVES_AT_ONCE: usize = 2;
+/// How long a new replica may take to catch up before its move is tried again.
+const CATCH_UP: Duration = Duration::from_secs(120);
+/// The file in the data folder that says which cluster a node belongs to.
+pub(crate) const CLUSTER_FILE: &str = "cluster.conf";
+
+pub(crate) fn spawn(cluster: &Arc<Cluster>, shutdown: Shutdown) {
+    let h = cluster.event_loop();
+    h.spawn(follow(Arc::downgrade(cluster), shutdown.clone()));
+    h.spawn(drive(Arc::downgrade(cluster), shutdown));
+}
+
+async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
+    let Some(mut rx) = weak.upgrade().map(|c| c.meta.watch()) else {
+        return;
+    };
+    let mut seen_version = None;
+    let mut seen_rules: Option<BTreeMap<String, String>> = None;
+    let mut tick = super::ticker(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = tick.tick() => {}
+            _ = shutdown.recv() => return,
+        }
+        let Some(c) = weak.upgrade() else { return };
+        let m = c.metadata();
+        if !m.is_bootstrapped() {
+            continue;
+        }
+        for member in m.members.values() {
+            if member.state == MemberState::Removed {
+                c.network().remove_peer(member.node.id);
+            } else {
+                c.network()
+                    .add_peer(member.node.id, &member.node.peer_addr());
+            }
+        }
+        if seen_version != Some(m.version) {
+            seen_version = Some(m.version);
+            if let Err(e) = write_cluster_file(c.data_dir(), c.me, &m) {
+                tracing::warn!("could not write {CLUSTER_FILE}: {e}");
+            }
+        }
+        if seen_rules.as_ref() != Some(&m.rules) {
+            c.rules_changed(&m.rules);
+            seen_rules = Some(m.rules.clone());
+        }
+        if m.state_of(c.me) == Some(MemberState::Removed) {
+            c.mark_removed();
+            for g in 0..c.spec.groups {
+                c.drop_replica(g).await;
+            }
+            continue;
+        }
+        let placement = m.placement();
+        for g in 0..c.spec.groups {
+            let listed = m.voters.get(g as usize).is_some_and(|v| v.contains(&c.me));
+            let wanted = listed || placement.get(g as usize).is_some_and(|v| v.contains(&c.me));
+            let held = c.raft(g).is_some();
+            if wanted && !held {
+                if let Err(e) = c.open_replica(g).await {
+                    tracing::warn!(group = g, "could not open a replica: {e}");
+                }
+            } else if !wanted && held && c.leader(g) != Some(c.me) {
+                // The group's leader reported voters without this node once the change that
+                // took it out committed; a learner left over from a move given up is not
+                // listed either.
+                c.drop_replica(g).await;
+            }
+        }
+    }
+}
+
+async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
+    let mut tick = super::ticker(LOOK_EVERY);
+    while super::next_tick(&mut tick, &mut shutdown).await {
+        let Some(c) = weak.upgrade() else { return };
+        if c.is_removed() {
+            continue;
+        }
+        let m = c.metadata();
+        if c.leads(c.meta_group()) {
+            if !m.is_bootstrapped() {
+                if c.founder() {
+                    let op = MetaOp::Bootstrap {
+                        nodes: c.spec.nodes.clone(),
+                        groups: c.spec.groups,
+                        replicas: c.spec.replicas as u32,
+                    };
+                    if let Err(e) = c.propose_meta(op).await {
+                        tracing::debug!("bootstrap: {e}");
+                    }
+                }
+                continue;
+            }
+            if let Err(e) = steer_members(&c, &m).await {
+                tracing::debug!("membership: {e}");
+            }
+        }
+        if !m.is_bootstrapped() {
+            continue;
+        }
+        let placement = m.placement();
+        for g in 0..c.spec.groups {
+            if c.leads(g) {
+                let desired = placement.get(g as usize).cloned().unwrap_or_default();
+                converge(&c, &m, g, desired).await;
+            }
+        }
+    }
+}
+
+/// On the metadata group's leader: lets one joining node in, or one drained node out.
+async fn steer_members(c: &Arc<Cluster>, m: &MetaState) -> Result<(), String> {
+    let g = c.meta_group();
+    let raft = c.raft(g).ok_or("no metadata replica")?;
+    let (voters, learners, joint) = membership_of(&raft);
+    if joint {
+        return Ok(());
+    }
+    for member in m.members.values() {
+        let id = member.node.id;
+        match member.state {
+            MemberState::Joining => {
+                if !learners.contains(&id) && !voters.contains(&id) {
+                    c.quiet().on_write(c, g, &raft).await;
+                    let node = BasicNode::new(member.node.peer_addr());
+                    tokio::time::timeout(Duration::from_secs(10), raft.add_learner(id, node, true))
+                        .await
+                        .map_err(|_| format!("node {id} did not catch up on the metadata"))?
+                        .map_err(|e| e.to_string())?;
+                }
+                if !voters.contains(&id) {
+                    c.quiet().on_write(c, g, &raft).await;
+                    raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                c.propose_meta(MetaOp::Activate(id))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(node = id, "a node joined the cluster");
+                return Ok(());
+            }
+            MemberState::Draining if m.replicas_on(id) == 0 => {
+                if id == c.me {
+                    // Someone else lets this node out.
+                    if let Some(&to) = voters.iter().find(|&&v| v != id && c.is_up(v)) {
+                        c.transfer_leader(g, to).await.map_err(|e| e.to_string())?;
+                    }
+                    return Ok(());
+                }
+                // Said first, while the node still follows the metadata, so that it learns it
+                // is out.
+                c.propose_meta(MetaOp::Remove(id))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                tracing::info!(node = id, "a node left the cluster");
+                return Ok(());
+            }
+            MemberState::Removed if voters.contains(&id) || learners.contains(&id) => {
+                c.quiet().on_write(c, g, &raft).await;
+                raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if learners.contains(&id) {
+                    raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// (voters, learners, whether a joint configuration is in force) of a replica's membership.
+fn membership_of(raft: &crate::cluster::node::GroupRaft) -> (Vec<NodeId>, Vec<NodeId>, bool) {
+    let m = raft.metrics();
+    let m = m.borrow_watched();
+    let mem = m.membership_config.membership();
+    (
+        mem.voter_ids().collect(),
+        mem.learner_ids().collect(),
+        mem.get_joint_config().len() > 1,
+    )
+}
+
+/// On the leader of `g`: reports the group's voters if the metadata has them wrong, and
+/// starts moving a replica if one is not where it belongs.
+async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<NodeId>) {
+    let Some(raft) = c.raft(g) else { return };
+    let (mut voters, learners, joint) = membership_of(&raft);
+    if joint || voters.is_empty() {
+        return;
+    }
+    voters.sort_unstable();
+    let mut reported = m.voters.get(g as usize).cloned().unwrap_or_default();
+    reported.sort_unstable();
+    if reported != voters {
+        let _ = c
+            .propose_meta(MetaOp::Voters {
+                group: g,
+                voters: voters.clone(),
+            })
+            .await;
+        return;
+    }
+    desired.sort_unstable();
+    if desired.is_empty() {
+        return;
+    }
+    if desired == voters {
+        let strays: BTreeSet<NodeId> = learners
+            .into_iter()
+            .filter(|l| !desired.contains(l))
+            .collect();
+        if !strays.is_empty() {
+            c.quiet().on_write(c, g, &raft).await;
+            let _ = raft
+                .change_membership(ChangeMembers::RemoveNodes(strays), false)
+                .await;
+        }
+        return;
+    }
+    if !c.start_move(g) {
+        return;
+    }
+    let c2 = c.clone();
+    c.runtime_for(g).spawn(async move {
+        match move_one(&c2, g, &voters, &desired).await {
+            Ok(()) => {}
+            Err(e) => tracing::info!(group = g, "replica move not done yet: {e}"),
+        }
+        c2.end_move(g);
+    });
+}
+
+/// One step towards `desired`: one replica in, one out.
+async fn move_one(
+    c: &Arc<Cluster>,
+    g: GroupId,
+    voters: &[NodeId],
+    desired: &[NodeId],
+) -> Result<(), String> {
+    let raft = c.raft(g).ok_or("no replica here")?;
+    let incoming: Vec<NodeId> = desired
+        .iter()
+        .copied()
+        .filter(|n| !voters.contains(n))
+        .collect();
+    let outgoing: Vec<NodeId> = voters
+        .iter()
+        .copied()
+        .filter(|n| !desired.contains(n))
+        .collect();
+    if outgoing.contains(&c.me) {
+        // Hand the leadership to a replica that stays; it goes on with the move.
+        if let Some(&to) = voters
+            .iter()
+            .find(|&&v| v != c.me && desired.contains(&v) && c.is_up(v))
+        {
+            c.transfer_leader(g, to).await.map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+    }
+    c.quiet().on_write(c, g, &raft).await;
+    let mut next: BTreeSet<NodeId> = voters.iter().copied().collect();
+    if let Some(&n) = incoming.first() {
+        let node = c.node(n).ok_or_else(|| format!("node {n} is unknown"))?;
+        tokio::time::timeout(
+            CATCH_UP,
+            raft.add_learner(n, BasicNode::new(node.peer_addr()), true),
+        )
+        .await
+        .map_err(|_| format!("node {n} did not catch up in time"))?
+        .map_err(|e| e.to_string())?;
+        next.insert(n);
+    }
+    // The leader leaves last, once another has taken over.
+    if let Some(&out) = outgoing.iter().find(|&&o| o != c.me).or(outgoing.first()) {
+        next.remove(&out);
+    }
+    if next.iter().copied().collect::<Vec<_>>() == voters {
+        return Ok(());
+    }
+    raft.change_membership(ChangeMembers::ReplaceAllVoters(next.clone()), false)
+        .await
+        .map_err(|e| e.to_string())?;
+    tracing::info!(group = g, voters = ?next, "moved a replica");
+    c.propose_meta(MetaOp::Voters {
+        group: g,
+        voters: next.into_iter().collect(),
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+impl Cluster {
+    /// Runs a change through the metadata group: on this node if it leads the group,
+    /// otherwise on its leader. The reply is the change's.
+    pub async fn propose_meta(&self, op: MetaOp) -> Result<Reply, ProposeError> {
+        let cmd = op
+            .to_cmd()
+            .map_err(|e| ProposeError::TryAgain(e.to_string()))?;
+        let g = self.meta_group();
+        let mut target = self.meta_leader().await?;
+        for _ in 0..3 {
+            let replies = if target == self.me {
+                self.propose_local(g, vec![cmd.clone()]).await
+            } else {
+                let ttl = Duration::from_secs(5);
+                match self
+                    .network()
+                    .call(target, g, Rpc::Forward(vec![cmd.clone()]), ttl)
+                    .await
+                {
+                    Ok(RpcOk::Forward(replies)) => Ok(replies),
+                    Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
+                    Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
+                    Err(e) => Err(ProposeError::TryAgain(e.to_string())),
+                }
+            };
+            match replies {
+                Ok(mut r) => {
+                    return r
+                        .pop()
+                        .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
+                }
+                Err(ProposeError::Moved(l)) => target = l,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(ProposeError::TryAgain(
+            "the metadata group's leadership is moving; retry".into(),
+        ))
+    }
+
+    async fn meta_leader(&self) -> Result<NodeId, ProposeError> {
+        let g = self.meta_group();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Some(l) = self.serving_leader(g) {
+                return Ok(l);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProposeError::ClusterDown);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A node asks to join (`BK.CLUSTER JOIN`): its peer port must answer from here, then it
+    /// gets a fresh id.
+    pub async fn admit(&self, host: &str, port: u16, peer_port: u16) -> Result<NodeId, String> {
+        let addr = format!("{host}:{peer_port}");
+        match tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect(&addr),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(format!("ERR cannot reach the peer address {addr}: {e}")),
+            Err(_) => {
+                return Err(format!(
+                    "ERR cannot reach the peer address {addr}: timed out"
+                ));
+            }
+        }
+        let op = MetaOp::Join {
+            host: host.to_string(),
+            port,
+            peer_port,
+        };
+        match self.propose_meta(op).await {
+            Ok(Reply::Int(id)) => u64::try_from(id).map_err(|_| "ERR bad node id".to_string()),
+            Ok(Reply::Error(e)) => Err(e.into_owned()),
+            Ok(_) => Err("ERR unexpected reply from the metadata group".into()),
+            Err(e) => Err(self.error_reply(0, &e)),
+        }
+    }
+
+    /// `BK.CLUSTER REMOVE`: starts draining node `id`.
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), String> {
+        match self.propose_meta(MetaOp::Drain(id)).await {
+            Ok(Reply::Error(e)) => Err(e.into_owned()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.error_reply(0, &e)),
+        }
+    }
+
+    /// Starts a move of `g`'s replicas unless one runs already or this node runs its most.
+    fn start_move(&self, g: GroupId) -> bool {
+        let mut moving = crate::sync::lock(&self.moving);
+        if moving.contains(&g) || moving.len() >= MOVES_AT_ONCE {
+            return false;
+        }
+        moving.insert(g);
+        self.moves.store(moving.len(), Ordering::Relaxed);
+        true
+    }
+
+    fn end_move(&self, g: GroupId) {
+        let mut moving = crate::sync::lock(&self.moving);
+        moving.remove(&g);
+        self.moves.store(moving.len(), Ordering::Relaxed);
+    }
+}
+
+/// Writes what a node needs to rejoin from its data folder: its id and the members.
+fn write_cluster_file(dir: &Path, me: NodeId, m: &MetaState) -> std::io::Result<()> {
+    let nodes: Vec<String> = m
+        .current()
+        .map(|n| {
+            format!(
+                "{}:{}:{}:{}",
+                n.node.id, n.node.host, n.node.port, n.node.peer_port
+            )
+        })
+        .collect();
+    let text = format!(
+        "# Written by bucketd: the cluster this node belongs to.\nnode-id = {me}\ngroups = {}\nreplicas = {}\ncluster-nodes = \"{}\"\n",
+        m.groups,
+        m.replicas,
+        nodes.join(",")
+    );
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!("{CLUSTER_FILE}.tmp"));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, dir.join(CLUSTER_FILE))
+}
+
+/// A node's cluster as its data folder remembers it: (its id, the cluster).
+pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpec)>, String> {
+    let path = dir.join(CLUSTER_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let bad = |what: &str| format!("{}: {what}", path.display());
+    let doc: toml::Table = text.parse().map_err(|e| bad(&format!("{e}")))?;
+    let int = |k: &str| {
+        doc.get(k)
+            .and_then(toml::Value::as_integer)
+            .ok_or_else(|| bad(&format!("no {k}")))
+    };
+    let id = u64::try_from(int("node-id")?).map_err(|_| bad("bad node-id"))?;
+    let groups = u32::try_from(int("groups")?).map_err(|_| bad("bad groups"))?;
+    let replicas = usize::try_from(int("replicas")?).map_err(|_| bad("bad replicas"))?;
+    let nodes = doc
+        .get("cluster-nodes")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| bad("no cluster-nodes"))?;
+    let nodes = ClusterSpec::parse_nodes(nodes).map_err(|e| bad(&e))?;
+    Ok(Some((
+        id,
+        ClusterSpec {
+            nodes,
+            replicas,
+            groups,
+        },
+    )))
+}
+
+/// Asks a member at `addr` (its client address) to let this node in: returns this node's new
+/// id and the cluster as the member knows it.
+pub(crate) async fn request_join(
+    addr: &str,
+    me: &NodeSpec,
+) -> Result<(NodeId, ClusterSpec), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("cannot reach {addr}: timed out"))?
+        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+    let args = [
+        "BK.CLUSTER".to_string(),
+        "JOIN".to_string(),
+        me.host.clone(),
+        me.port.to_string(),
+        me.peer_port.to_string(),
+    ];
+    let mut req = format!("*{}\r\n", args.len());
+    for a in &args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    // The answer is one line: "+OK id groups replicas nodes" or "-ERR ...".
+    let mut buf = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        while !buf.ends_with(b"\r\n") && buf.len() < 1 << 20 {
+            let n = s.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    tokio::time::timeout(Duration::from_secs(30), read)
+        .await
+        .map_err(|_| format!("{addr} did not answer the join in time"))?
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let line = String::from_utf8_lossy(&buf).trim_end().to_string();
+    if let Some(err) = line.strip_prefix('-') {
+        return Err(format!("{addr} refused the join: {err}"));
+    }
+    let fields: Vec<&str> = line.trim_start_matches('+').split(' ').collect();
+    let [_, id, groups, replicas, nodes] = fields[..] else {
+        return Err(format!("{addr} answered the join with '{line}'"));
+    };
+    let num = |v: &str| {
+        v.parse::<u64>()
+            .map_err(|_| format!("{addr} answered the join with '{line}'"))
+    };
+    let id = num(id)?;
+    let groups = u32::try_from(num(groups)?).map_err(|_| "bad group count".to_string())?;
+    let replicas = usize::try_from(num(replicas)?).map_err(|_| "bad replicas".to_string())?;
+    let mut nodes = ClusterSpec::parse_nodes(nodes)?;
+    nodes.retain(|n| n.id != id);
+    nodes.push(NodeSpec { id, ..me.clone() });
+    Ok((
+        id,
+        ClusterSpec {
+            nodes,
+            replicas,
+            groups,
+        },
+    ))
+}
+
+/// Gives a node started with `--join` its id and the members: from its data folder when it
+/// joined before (a restart), otherwise from the member at `addr`.
+pub(crate) async fn resolve_join(
+    cs: &mut crate::cluster::node::ClusterSettings,
+    addr: &str,
+) -> Result<(), String> {
+    let me = cs
+        .spec
+        .nodes
+        .first()
+        .cloned()
+        .ok_or("no address for this node")?;
+    let (id, spec) = match read_cluster_file(&cs.data_dir)? {
+        Some(known) => known,
+        None => {
+            // The peer port must answer while the member checks it: bound now, served once
+            // the node runs.
+            let probe = std::net::TcpListener::bind(format!(
+                "{}:{}",
+                if me.host.parse::<std::net::IpAddr>().is_ok() {
+                    me.host.as_str()
+                } else {
+                    "0.0.0.0"
+                },
+                me.peer_port
+            ))
+            .map_err(|e| format!("cannot listen on peer port {}: {e}", me.peer_port))?;
+            let (id, spec) = request_join(addr, &me).await?;
+            drop(probe);
+            let text = format!(
+                "# Written by bucketd: the cluster this node belongs to.\nnode-id = {id}\ngroups = {}\nreplicas = {}\ncluster-nodes = \"{}\"\n",
+                spec.groups,
+                spec.replicas,
+                spec.nodes
+                    .iter()
+                    .map(|n| format!("{}:{}:{}:{}", n.id, n.host, n.port, n.peer_port))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            std::fs::create_dir_all(&cs.data_dir)
+                .and_then(|()| std::fs::write(cs.data_dir.join(CLUSTER_FILE), text))
+                .map_err(|e| format!("cannot write {}: {e}", cs.data_dir.display()))?;
+            tracing::info!(node = id, "the cluster gave this node its id");
+            (id, spec)
+        }
+    };
+    cs.node_id = id;
+    cs.spec = spec;
+    cs.joined = true;
+    Ok(())
+}
