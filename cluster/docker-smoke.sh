@@ -2,17 +2,23 @@
 # Container smoke test: builds bucketd:local (cluster/build-image.sh), starts the three-node
 # cluster of cluster/docker-compose.yml, takes a rate-limit bucket through CL.THROTTLE, stops the
 # container that leads the bucket's group and checks that another node serves the bucket with
-# its remaining count intact, then brings the stopped node back and checks it rejoins.
+# its remaining count intact, then brings the stopped node back and checks it rejoins. Then it
+# scales out and in: node4 (compose profile "scale") joins through node1 while tokens are taken
+# from one key in every shard group; once BK.CLUSTER STATUS shows four members, no moves left
+# and replicas on node4, the counts must still be exact; then BK.CLUSTER REMOVE drains node4
+# (SMOKE_REMOVE picks another) under the same traffic, its container is stopped, and the three
+# that stay must serve every slot with every count exact.
 # Everything is torn down (containers and volumes) on exit, whatever happened.
 #
 # Skips (exit 0) when no Docker engine answers. All traffic goes to 127.0.0.1: the nodes use
-# host networking. Client ports are BASE+1..3 and peer ports PEER_BASE+1..3, with BASE 7000 and
-# PEER_BASE 17000 when those six ports are free, otherwise a free set picked at random (and
+# host networking. Client ports are BASE+1..4 and peer ports PEER_BASE+1..4, with BASE 7000 and
+# PEER_BASE 17000 when those eight ports are free, otherwise a free set picked at random (and
 # picked again if a node still finds its port taken).
 #
 # Environment:
 #   BUCKETD_PORT_BASE, BUCKETD_PEER_PORT_BASE   pin the ports (no fallback then)
 #   SMOKE_PROJECT       compose project name (default bucketd-smoke)
+#   SMOKE_REMOVE        the node the scale stage removes: node4 (default), node1, node2 or node3
 #   SMOKE_TIMEOUT       overall limit in seconds, cargo build included (default 1200: a release
 #                       build on a busy two-core machine has taken ten minutes)
 #   SKIP_CARGO_BUILD=1  package the binary already in target/release
@@ -68,6 +74,9 @@ else
   fail "neither 'docker compose' nor 'docker-compose' is installed"
 fi
 COMPOSE+=(-p "$PROJECT" -f cluster/docker-compose.yml)
+# The same with node4's profile active: for node4 itself, and for whatever must also reach node4
+# (down, logs). `docker compose` (v2) leaves a profile's containers behind on a plain `down`.
+COMPOSE_ALL=("${COMPOSE[@]}" --profile scale)
 
 if ! command -v redis-cli >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -91,10 +100,10 @@ cleanup() {
   if [ "$STARTED" = 1 ]; then
     if [ "$rc" != 0 ]; then
       log "last log lines of the nodes:"
-      timeout 30 "${COMPOSE[@]}" logs --no-color --tail 30 2>&1 | sed 's/^/    /'
+      timeout 30 "${COMPOSE_ALL[@]}" logs --no-color --tail 30 2>&1 | sed 's/^/    /'
     fi
     log "tearing down (down -v)"
-    timeout 90 "${COMPOSE[@]}" down -v -t 5 >/dev/null 2>&1
+    timeout 90 "${COMPOSE_ALL[@]}" down -v -t 5 >/dev/null 2>&1
     left=$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT")
     if [ -n "$left" ]; then
       # shellcheck disable=SC2086 # a list of ids
@@ -131,7 +140,7 @@ port_busy() {
 
 ports_free() { # base peer_base
   local i
-  for i in 1 2 3; do
+  for i in 1 2 3 4; do
     if port_busy $(($1 + i)) || port_busy $(($2 + i)); then
       return 1
     fi
@@ -146,7 +155,7 @@ pick_ports() { # attempt
     BASE=$BUCKETD_PORT_BASE
     PEER_BASE=${BUCKETD_PEER_PORT_BASE:-$((BASE + 10000))}
     ports_free "$BASE" "$PEER_BASE" ||
-      fail "ports $((BASE + 1))-$((BASE + 3)) or $((PEER_BASE + 1))-$((PEER_BASE + 3)) are taken"
+      fail "ports $((BASE + 1))-$((BASE + 4)) or $((PEER_BASE + 1))-$((PEER_BASE + 4)) are taken"
     return
   fi
   if [ "$1" = 1 ]; then
@@ -160,7 +169,7 @@ pick_ports() { # attempt
     PEER_BASE=$((BASE + 5000))
     ports_free "$BASE" "$PEER_BASE" && return
   done
-  fail "found no six free ports for the cluster in $tries tries"
+  fail "found no eight free ports for the cluster in $tries tries"
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -174,17 +183,18 @@ exited_nodes() {
 }
 
 # A previous run that was killed outright may have left its containers behind.
-timeout 90 "${COMPOSE[@]}" down -v -t 5 >/dev/null 2>&1 || true
+timeout 90 "${COMPOSE_ALL[@]}" down -v -t 5 >/dev/null 2>&1 || true
 STARTED=1
 # Up to three attempts: a node whose port was taken between the check and its bind exits at once;
 # then the cluster starts over on other ports (unless they are pinned).
 for attempt in 1 2 3; do
   pick_ports "$attempt"
   PORTS=($((BASE + 1)) $((BASE + 2)) $((BASE + 3)))
-  for i in 1 2 3; do
+  PORT4=$((BASE + 4)) # node4's, for the scale stage
+  for i in 1 2 3 4; do
     export "BUCKETD_PORT_$i=$((BASE + i))" "BUCKETD_PEER_PORT_$i=$((PEER_BASE + i))"
   done
-  log "cluster ports: clients ${PORTS[*]}, peers $((PEER_BASE + 1))-$((PEER_BASE + 3)); project $PROJECT"
+  log "cluster ports: clients ${PORTS[*]} (node4: $PORT4), peers $((PEER_BASE + 1))-$((PEER_BASE + 4)); project $PROJECT"
   timeout 120 "${COMPOSE[@]}" up -d
 
   deadline=$((SECONDS + 60))
@@ -211,7 +221,7 @@ for attempt in 1 2 3; do
     fail "the cluster did not start"
   fi
   log "starting over on other ports"
-  timeout 90 "${COMPOSE[@]}" down -v -t 5 >/dev/null 2>&1 || true
+  timeout 90 "${COMPOSE_ALL[@]}" down -v -t 5 >/dev/null 2>&1 || true
 done
 pass "all three nodes report cluster_state:ok"
 
@@ -219,12 +229,15 @@ pass "all three nodes report cluster_state:ok"
 
 # Runs CL.THROTTLE with the given quantity through the given port and prints the five reply
 # integers on one line; fails on anything else (errors, MOVED, refused), printing what came.
+# The key and rule are TKEY and TRULE: KEY and RULE unless a caller makes them local.
+TKEY=$KEY
+TRULE=("${RULE[@]}")
 throttle() { # port quantity [redis-cli flags]
   local port=$1 qty=$2
   shift 2
   local out
   local -a r
-  if out=$(rcli "$@" -p "$port" CL.THROTTLE "$KEY" "${RULE[@]}" "$qty" 2>&1); then
+  if out=$(rcli "$@" -p "$port" CL.THROTTLE "$TKEY" "${TRULE[@]}" "$qty" 2>&1); then
     mapfile -t r <<<"$out"
     if [ "${#r[@]}" = 5 ] && [[ "${r[*]}" =~ ^-?[0-9]+(\ -?[0-9]+){4}$ ]]; then
       echo "${r[*]}"
@@ -359,3 +372,308 @@ rejoined() { reply=$(throttle "$leader" 0 -c); }
 wait_until 30 rejoined || fail "restarted $service does not serve $KEY (directly or by redirection)"
 expect_reply "peek through the restarted node" "$reply" "$REMAINING" "$(refill)"
 pass "restarted $service rejoined with its volume and sees [$reply]"
+
+# --- scale out: node4 joins --------------------------------------------------------------------
+
+# BK.CLUSTER STATUS through a port, as lines "KEY VALUE" for the cluster's fields and
+# "member ID KEY VALUE" for each member's. redis-cli --raw prints the map flattened, one key or
+# value a line, with the members' fields after "members".
+status() { # port
+  local out
+  out=$(rcli --raw -p "$1" BK.CLUSTER STATUS 2>&1) || return 1
+  [ "$(head -n 1 <<<"$out")" = nodes ] || return 1
+  awk '
+    $0 == "members" { m = 1; next }
+    { k = $0; if ((getline v) <= 0) exit 1 }
+    m && k == "id" { id = v }
+    m { print "member", id, k, v; next }
+    { print k, v }' <<<"$out"
+}
+# The same, on one line for the log: nodes, moves, then ID:state:replicas/leaders per member.
+status_line() { # status lines
+  awk '
+    $1 == "nodes" { n = $2 }
+    $1 == "moves_in_progress" { mv = $2 }
+    $1 == "member" && $3 == "id" { ids[++k] = $2 }
+    $1 == "member" { f[$2, $3] = $4 }
+    END {
+      printf "nodes %s, moves %s:", n, mv
+      for (i = 1; i <= k; i++)
+        printf " %s:%s:%s/%s", ids[i], f[ids[i], "state"], f[ids[i], "replicas"], f[ids[i], "leaders"]
+      printf "\n"
+    }' <<<"$1"
+}
+# Whether status lines show WANT members, all up, with no move in progress, and (when given)
+# the member at ADDRESS holding replicas.
+settled() { # status-lines want [address]
+  awk -v want="$2" -v addr="${3:-}" '
+    $1 == "nodes" { n = $2 }
+    $1 == "moves_in_progress" { mv = $2 }
+    $1 == "member" && $3 == "id" { k++ }
+    $1 == "member" && $3 == "state" && $4 != "up" { down++ }
+    $1 == "member" && $3 == "address" { a[$2] = $4 }
+    $1 == "member" && $3 == "replicas" { r[$2] = $4 }
+    END {
+      if (n != want || k != want || mv != 0 || down) exit 1
+      if (addr == "") exit 0
+      for (id in a) if (a[id] == addr) exit !(r[id] > 0)
+      exit 1
+    }' <<<"$1"
+}
+# Every port given answers STATUS and it is settled (want, address as above). Leaves the last
+# answer in LAST_STATUS and the port it came from in LAST_STATUS_PORT.
+all_settled() { # want address port...
+  local want=$1 addr=$2 p
+  shift 2
+  for p in "$@"; do
+    LAST_STATUS_PORT=$p
+    LAST_STATUS=$(status "$p") || {
+      LAST_STATUS="(no STATUS answer)"
+      return 1
+    }
+    settled "$LAST_STATUS" "$want" "$addr" || return 1
+  done
+}
+member_id() { # status-lines address
+  awk -v addr="$2" '$1 == "member" && $3 == "address" && $4 == addr { print $2; exit }' <<<"$1"
+}
+member_field() { # status-lines id field
+  awk -v id="$2" -v f="$3" '$1 == "member" && $2 == id && $3 == f { print $4; exit }' <<<"$1"
+}
+
+# CLUSTER SLOTS through a port, one line per slot range: first last leader-port replica-ports...
+slot_table() { # port
+  local out
+  out=$(rcli --no-raw -p "$1" CLUSTER SLOTS 2>&1) || return 1
+  awk '
+    /^ *[0-9]+\) 1\) \(integer\)/ { if (line != "") print line; line = "" }
+    /\(integer\)/ { line = line (line == "" ? "" : " ") $NF }
+    END { if (line != "") print line }' <<<"$out"
+}
+
+# One key per slot range (that is, per shard group), so that whatever moves, some key moves with
+# it. Each has a bucket of SCALE_LIMIT that refills one token an hour: the counts are exact.
+SCALE_RULE=(9999 1 3600)
+SCALE_LIMIT=10000
+table=$(slot_table "${PORTS[0]}") || fail "CLUSTER SLOTS failed: $table"
+ranges=$(wc -l <<<"$table")
+slots=$(for i in $(seq 0 999); do echo "CLUSTER KEYSLOT smoke:scale:$i"; done | rcli -p "${PORTS[0]}") ||
+  fail "CLUSTER KEYSLOT failed"
+mapfile -t GKEYS < <(awk '
+  NR == FNR { lo[NR] = $1; hi[NR] = $2; n = NR; next }
+  {
+    for (r = 1; r <= n; r++)
+      if (!(r in got) && $1 >= lo[r] && $1 <= hi[r]) { got[r] = 1; print "smoke:scale:" (FNR - 1) " " $1 }
+  }' <(echo "$table") <(echo "$slots"))
+((${#GKEYS[@]} == ranges)) || fail "found keys for ${#GKEYS[@]} of the $ranges slot ranges"
+declare -A GSLOT EXP
+for i in "${!GKEYS[@]}"; do
+  read -r k sl <<<"${GKEYS[i]}"
+  GKEYS[i]=$k
+  GSLOT[$k]=$sl
+  EXP[$k]=$SCALE_LIMIT
+done
+
+# CL.THROTTLE on one of those keys, following redirections; retries as take() does.
+gtake() { # key port quantity
+  local TKEY=$1
+  local -a TRULE=("${SCALE_RULE[@]}")
+  shift
+  take "$@" -c
+}
+expect_exact() { # what reply expected_remaining
+  local -a r
+  read -r -a r <<<"$2"
+  if [ "${r[0]}" != 0 ] || [ "${r[1]}" != "$SCALE_LIMIT" ] || [ "${r[2]}" != "$3" ]; then
+    fail "$1: got [${r[*]}], want limited=0 limit=$SCALE_LIMIT remaining=$3"
+  fi
+}
+# Takes QTY tokens from every key (0: a peek), through the ports in turn, and checks each count.
+TAKES=0
+take_all() { # what qty port...
+  local what=$1 qty=$2 k j=0 reply
+  shift 2
+  local -a ports=("$@")
+  for k in "${GKEYS[@]}"; do
+    local p=${ports[j++ % ${#ports[@]}]}
+    reply=$(gtake "$k" "$p" "$qty") ||
+      fail "$what: CL.THROTTLE $k ${SCALE_RULE[*]} $qty through port $p failed: $reply"
+    EXP[$k]=$((${EXP[$k]} - qty))
+    expect_exact "$what: $k (slot ${GSLOT[$k]}) through port $p" "$reply" "${EXP[$k]}"
+    ((qty == 0)) || TAKES=$((TAKES + 1))
+  done
+}
+# Waits (bounded) until every port reports a settled STATUS, taking a token from every key
+# between two looks, so that writes run through the moves.
+settle_under_traffic() { # what secs want address traffic-ports... -- status-ports...
+  local what=$1 secs=$2 want=$3 addr=$4 rounds=0
+  shift 4
+  local -a tports=() sports=()
+  while [ "$1" != -- ]; do
+    tports+=("$1")
+    shift
+  done
+  shift
+  sports=("$@")
+  local deadline=$((SECONDS + secs)) t0=$SECONDS
+  local seen=""
+  until all_settled "$want" "$addr" "${sports[@]}"; do
+    if ((SECONDS >= deadline)); then
+      log "last STATUS (port $LAST_STATUS_PORT): $(status_line "$LAST_STATUS")"
+      printf '%s\n' "$LAST_STATUS" | sed 's/^/    /'
+      fail "$what: STATUS not settled within $secs s ($want members up, moves 0)"
+    fi
+    if [ "$LAST_STATUS" != "(no STATUS answer)" ]; then
+      local line
+      line=$(status_line "$LAST_STATUS")
+      if [ "$line" != "$seen" ]; then
+        log "  $what: $line"
+        seen=$line
+      fi
+    fi
+    take_all "$what (round $((rounds + 1)))" 1 "${tports[@]}"
+    rounds=$((rounds + 1))
+  done
+  log "  $what: $(status_line "$LAST_STATUS")"
+  SETTLE_SECS=$((SECONDS - t0))
+  SETTLE_ROUNDS=$rounds
+}
+
+SCALE_START=$SECONDS
+take_all "before the join" 1 "${PORTS[@]}"
+reply=$(take "${PORTS[1]}" 1 -c) || fail "taking a token before the join failed: $reply"
+REMAINING=4
+expect_reply "taking a token before the join" "$reply" "$REMAINING" "$(refill)"
+pass "took 1 token from each of ${#GKEYS[@]} keys (one per slot range) and from $KEY: [$reply]"
+
+ADDR4=127.0.0.1:$PORT4
+log "node4 joins through node1 (--profile scale up -d node4, client port $PORT4)"
+timeout 120 "${COMPOSE_ALL[@]}" up -d --no-recreate node4
+CID4=$(timeout 30 "${COMPOSE_ALL[@]}" ps -q node4 || true)
+[ -n "$CID4" ] || fail "no container for node4"
+# node4 listens once it has joined; until then the traffic goes through the founders only, and
+# a node4 that exited (a failed join) ends the wait at once.
+node4_listening() {
+  [ "$(docker inspect -f '{{.State.Running}}' "$CID4")" = true ] ||
+    fail "node4 exited: $(docker logs --tail 5 "$CID4" 2>&1 | tr '\n' ' ')"
+  rcli -p "$PORT4" PING >/dev/null 2>&1
+}
+wait_until 60 node4_listening || fail "node4 did not answer PING within 60 s"
+settle_under_traffic "join" 60 4 "$ADDR4" "${PORTS[@]}" -- "${PORTS[@]}" "$PORT4"
+ID4=$(member_id "$LAST_STATUS" "$ADDR4")
+R4=$(member_field "$LAST_STATUS" "$ID4" replicas)
+pass "node4 joined as node $ID4: 4 members up, 0 moves, node $ID4 holds $R4 replicas, $((SECONDS - SCALE_START)) s after the up ($SETTLE_ROUNDS rounds of writes during the moves)"
+((R4 > 0)) || fail "node4 holds no replicas"
+
+# node4 must be in CLUSTER SLOTS and, once leaderships are evened out, lead some range: a key
+# there must be served by node4 itself, without redirection, with its exact count. Polled: while
+# leaderships move, the node asked and node4 may briefly disagree on who leads (node4 answers
+# MOVED); such answers are logged.
+node4_serves_led() {
+  table=$(slot_table "${PORTS[0]}") || return 1
+  led=$(awk -v p="$PORT4" '$3 == p { print $1, $2 }' <<<"$table")
+  local lo hi k
+  while read -r lo hi; do
+    [ -n "$lo" ] || continue
+    for k in "${GKEYS[@]}"; do
+      ((${GSLOT[$k]} >= lo && ${GSLOT[$k]} <= hi)) || continue
+      local TKEY=$k
+      local -a TRULE=("${SCALE_RULE[@]}")
+      if reply=$(throttle "$PORT4" 0); then
+        led_key=$k led_range="$lo-$hi"
+        return 0
+      fi
+      if [ "$reply" != "$last_miss" ]; then
+        log "  port ${PORTS[0]} names node4 leader of $lo-$hi, but node4 answers $k: $reply"
+        last_miss=$reply
+      fi
+      break
+    done
+  done <<<"$led"
+  return 1
+}
+last_miss=
+led=
+wait_until 20 node4_serves_led ||
+  fail "node4 serves no key of a range CLUSTER SLOTS says it leads, 20 s after the join (leads: $(tr '\n' ';' <<<"$led"))"
+in4=$(awk -v p="$PORT4" '{ for (i = 3; i <= NF; i++) if ($i == p) { n++; break } } END { print n + 0 }' <<<"$table")
+expect_exact "peek at node4, leader of $led_range" "$reply" "${EXP[$led_key]}"
+pass "node4 is in $in4 of $ranges slot ranges and leads $(wc -l <<<"$led"); it serves $led_key (slot ${GSLOT[$led_key]}, range $led_range) directly: [$reply]"
+
+take_all "after the join" 2 "$PORT4" "${PORTS[@]}"
+take_all "peek after the join" 0 "$PORT4" "${PORTS[2]}"
+reply=$(take "$PORT4" 1 -c) || fail "taking a token through node4 failed: $reply"
+REMAINING=3
+expect_reply "taking a token through node4" "$reply" "$REMAINING" "$(refill)"
+pass "counts exact after the join: $TAKES tokens taken from ${#GKEYS[@]} keys through all four nodes, $KEY [$reply]"
+
+# --- scale in: a node is drained and removed ---------------------------------------------------
+
+# node4 by default: the way back from the scale-out, after which the cluster is again the one
+# docker-compose.yml describes (every founder's --cluster-nodes stays true). node4 then holds
+# replicas and leaderships like any founder, so its drain moves as much.
+VICTIM=${SMOKE_REMOVE:-node4}
+case $VICTIM in
+  node4) VPORT=$PORT4 ;;
+  node[123]) VPORT=${PORTS[${VICTIM#node} - 1]} ;;
+  *) fail "SMOKE_REMOVE=$VICTIM: want node1, node2, node3 or node4" ;;
+esac
+STAY=()
+for p in "${PORTS[@]}" "$PORT4"; do
+  [ "$p" = "$VPORT" ] || STAY+=("$p")
+done
+status_now=$(status "${STAY[0]}") || fail "BK.CLUSTER STATUS through port ${STAY[0]} failed"
+VID=$(member_id "$status_now" "127.0.0.1:$VPORT")
+[ -n "$VID" ] || fail "STATUS lists no member at 127.0.0.1:$VPORT: $(status_line "$status_now")"
+VCID=$(timeout 30 "${COMPOSE_ALL[@]}" ps -q "$VICTIM" || true)
+[ -n "$VCID" ] || fail "no container for $VICTIM"
+
+log "BK.CLUSTER REMOVE $VID ($VICTIM, port $VPORT) through port ${STAY[0]}"
+remove_at=$SECONDS
+out=$(rcli -p "${STAY[0]}" BK.CLUSTER REMOVE "$VID" 2>&1) || true
+[ "$out" = OK ] || fail "BK.CLUSTER REMOVE $VID answered: $out"
+settle_under_traffic "remove" 60 3 "" "${STAY[@]}" -- "${STAY[@]}"
+if grep -q "^member $VID " <<<"$LAST_STATUS"; then
+  fail "STATUS still lists node $VID: $(status_line "$LAST_STATUS")"
+fi
+pass "node $VID drained and removed: 3 members up, 0 moves, $((SECONDS - remove_at)) s after the REMOVE ($SETTLE_ROUNDS rounds of writes during the moves)"
+
+# The removed node must serve nothing, and say why.
+removed_says_so() {
+  out=$(rcli -p "$VPORT" CL.THROTTLE "$KEY" "${RULE[@]}" 0 2>&1 || true)
+  out=${out//$'\n'/ }
+  if [[ $out =~ ^-?[0-9]+(\ -?[0-9]+){4}$ ]]; then
+    fail "removed $VICTIM still serves $KEY: [$out]"
+  fi
+  [[ $out == *"node $VID was removed"* ]]
+}
+if wait_until 10 removed_says_so; then
+  pass "$VICTIM answers: $out"
+else
+  vstatus=$(status "$VPORT" || echo "(no STATUS answer)")
+  [ "$vstatus" = "(no STATUS answer)" ] || vstatus="version $(awk '$1 == "version" { print $2 }' <<<"$vstatus"), $(status_line "$vstatus")"
+  what="$VICTIM does not know it was removed, 10 s after STATUS dropped it: it answers '$out'; its own STATUS: $vstatus; the others: version $(awk '$1 == "version" { print $2 }' <<<"$LAST_STATUS")"
+  docker logs --tail 3 "$VCID" 2>&1 | sed 's/^/    /'
+  fail "$what"
+fi
+
+log "stopping $VICTIM (container ${VCID:0:12})"
+timeout 60 docker stop -t 10 "$VCID" >/dev/null
+[ "$(docker inspect -f '{{.State.Running}}' "$VCID")" = false ] || fail "$VICTIM is still running"
+
+for p in "${STAY[@]}"; do
+  wait_until 30 cluster_ok "$p" || fail "port $p does not report cluster_state:ok 30 s after $VICTIM stopped"
+done
+table=$(slot_table "${STAY[0]}") || fail "CLUSTER SLOTS failed: $table"
+if awk -v p="$VPORT" '{ for (i = 3; i <= NF; i++) if ($i == p) found = 1 } END { exit !found }' <<<"$table"; then
+  fail "CLUSTER SLOTS still lists port $VPORT: $(tr '\n' ';' <<<"$table")"
+fi
+pass "the three nodes left (ports ${STAY[*]}) report cluster_state:ok; CLUSTER SLOTS no longer lists port $VPORT"
+
+take_all "after the removal" 1 "${STAY[@]}"
+take_all "peek after the removal" 0 "${STAY[2]}" "${STAY[1]}" "${STAY[0]}"
+reply=$(take "${STAY[0]}" 1 -c) || fail "taking a token after the removal failed: $reply"
+REMAINING=2
+expect_reply "taking a token after the removal" "$reply" "$REMAINING" "$(refill)"
+pass "counts exact after the removal: $TAKES tokens taken from ${#GKEYS[@]} keys in all, $KEY [$reply]"
+pass "scale stage: join, balance, drain and removal in $((SECONDS - SCALE_START)) s"

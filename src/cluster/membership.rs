@@ -37,6 +37,9 @@ const LOOK_EVERY: Duration = Duration::from_millis(200);
 pub(crate) const MOVES_AT_ONCE: usize = 2;
 /// How long a new replica may take to catch up before its move is tried again.
 const CATCH_UP: Duration = Duration::from_secs(120);
+/// How long a removed node that is up stays in the metadata group, so that it hears that it
+/// was removed (heartbeats carry the commit every 100 ms).
+const REMOVED_HEARS: Duration = Duration::from_secs(2);
 /// The file in the data folder that says which cluster a node belongs to.
 pub(crate) const CLUSTER_FILE: &str = "cluster.conf";
 
@@ -61,6 +64,10 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         }
         let Some(c) = weak.upgrade() else { return };
         let m = c.metadata();
+        if seen_rules.as_ref() != Some(&m.rules) {
+            c.rules_changed(&m);
+            seen_rules = Some(m.rules.clone());
+        }
         if !m.is_bootstrapped() {
             continue;
         }
@@ -77,10 +84,6 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
             if let Err(e) = write_cluster_file(c.data_dir(), c.me, &m) {
                 tracing::warn!("could not write {CLUSTER_FILE}: {e}");
             }
-        }
-        if seen_rules.as_ref() != Some(&m.rules) {
-            c.rules_changed(&m.rules);
-            seen_rules = Some(m.rules.clone());
         }
         if m.state_of(c.me) == Some(MemberState::Removed) {
             c.mark_removed();
@@ -110,6 +113,8 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
 
 async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
     let mut tick = super::ticker(LOOK_EVERY);
+    // When this node (as the metadata group's leader) first saw each removed member.
+    let mut removed_at: BTreeMap<NodeId, tokio::time::Instant> = BTreeMap::new();
     while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = weak.upgrade() else { return };
         if c.is_removed() {
@@ -130,7 +135,7 @@ async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
                 }
                 continue;
             }
-            if let Err(e) = steer_members(&c, &m).await {
+            if let Err(e) = steer_members(&c, &m, &mut removed_at).await {
                 tracing::debug!("membership: {e}");
             }
         }
@@ -148,7 +153,11 @@ async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
 }
 
 /// On the metadata group's leader: lets one joining node in, or one drained node out.
-async fn steer_members(c: &Arc<Cluster>, m: &MetaState) -> Result<(), String> {
+async fn steer_members(
+    c: &Arc<Cluster>,
+    m: &MetaState,
+    removed_at: &mut BTreeMap<NodeId, tokio::time::Instant>,
+) -> Result<(), String> {
     let g = c.meta_group();
     let raft = c.raft(g).ok_or("no metadata replica")?;
     let (voters, learners, joint) = membership_of(&raft);
@@ -196,6 +205,14 @@ async fn steer_members(c: &Arc<Cluster>, m: &MetaState) -> Result<(), String> {
                 return Ok(());
             }
             MemberState::Removed if voters.contains(&id) || learners.contains(&id) => {
+                // A removed node that is up learns it is out from the metadata, which it
+                // follows only while it is a member: give it a moment to hear the commit.
+                let seen = *removed_at
+                    .entry(id)
+                    .or_insert_with(tokio::time::Instant::now);
+                if c.is_up(id) && seen.elapsed() < REMOVED_HEARS {
+                    continue;
+                }
                 c.quiet().on_write(c, g, &raft).await;
                 raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
                     .await
@@ -408,6 +425,10 @@ impl Cluster {
                 ));
             }
         }
+        // A cluster just created writes its first metadata a moment after it elects.
+        if !self.await_meta(|m| m.is_bootstrapped(), Duration::from_secs(10)).await {
+            return Err("ERR the cluster is not formed yet; retry".into());
+        }
         let op = MetaOp::Join {
             host: host.to_string(),
             port,
@@ -418,6 +439,20 @@ impl Cluster {
             Ok(Reply::Error(e)) => Err(e.into_owned()),
             Ok(_) => Err("ERR unexpected reply from the metadata group".into()),
             Err(e) => Err(self.error_reply(0, &e)),
+        }
+    }
+
+    /// Waits (at most `limit`) until this node's copy of the metadata satisfies `done`.
+    pub async fn await_meta(&self, done: impl Fn(&MetaState) -> bool, limit: Duration) -> bool {
+        let mut rx = self.meta.watch();
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if done(&self.metadata()) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+                return done(&self.metadata());
+            }
         }
     }
 

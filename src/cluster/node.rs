@@ -296,6 +296,8 @@ pub struct Cluster {
     /// Per group this node holds no replica of: the leader its pings name (node, term, when
     /// heard in ms since `born`).
     remote_leaders: std::sync::Mutex<Vec<(NodeId, u64, u64)>>,
+    /// The metadata version whose rules are in force here.
+    rules_version: std::sync::Mutex<Option<u64>>,
     /// Called with the cluster's rules whenever they change.
     rules_hook: std::sync::OnceLock<RulesHook>,
     joined: bool,
@@ -426,6 +428,7 @@ impl Cluster {
             moves: std::sync::atomic::AtomicUsize::new(0),
             moving: std::sync::Mutex::new(std::collections::HashSet::new()),
             rules_hook: std::sync::OnceLock::new(),
+            rules_version: std::sync::Mutex::new(None),
             remote_leaders: std::sync::Mutex::new(vec![(0, 0, 0); all]),
             joined: settings.joined,
         });
@@ -737,9 +740,15 @@ impl Cluster {
         let _ = self.rules_hook.set(hook);
     }
 
-    pub(crate) fn rules_changed(&self, rules: &BTreeMap<String, String>) {
+    /// Puts the rules of metadata `m` in force on this node, unless newer ones are already.
+    pub(crate) fn rules_changed(&self, m: &MetaState) {
+        let mut applied = crate::sync::lock(&self.rules_version);
+        if applied.is_some_and(|v| v > m.version) {
+            return;
+        }
+        *applied = Some(m.version);
         if let Some(h) = self.rules_hook.get() {
-            h(rules);
+            h(&m.rules);
         }
     }
 

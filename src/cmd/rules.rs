@@ -104,11 +104,22 @@ pub(crate) async fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result
         };
         if let Some(op) = op {
             let reply = cluster
-                .propose_meta(op)
+                .propose_meta(op.clone())
                 .await
                 .map_err(|e| fail(cluster.error_reply(0, &e)))?;
-            // The change is applied here before its reply comes back: the node's rules follow
-            // the metadata as soon as it changes.
+            // The reply came from the metadata group's leader: wait (briefly) until this node
+            // applied the change too, so the client reads its own write here.
+            let _ = cluster
+                .await_meta(
+                    |m| match &op {
+                        MetaOp::SetRule { name, spec } => m.rules.get(name) == Some(spec),
+                        MetaOp::DelRule(name) => !m.rules.contains_key(name),
+                        _ => true,
+                    },
+                    std::time::Duration::from_secs(1),
+                )
+                .await;
+            cluster.rules_changed(&cluster.metadata());
             let mut w = ReplyWriter::new(buf, c.resp3());
             match reply {
                 Reply::Int(n) => w.int(n),

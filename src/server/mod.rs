@@ -73,7 +73,19 @@ impl NodeHandle {
 
 /// Binds the listener, starts the shard threads, and runs the acceptor and the background
 /// tasks on the current tokio runtime.
-pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHandle, StartError> {
+pub async fn start(
+    mut settings: Settings,
+    clock: Arc<dyn Clock>,
+) -> Result<NodeHandle, StartError> {
+    if let Some(cs) = settings.cluster.as_mut()
+        && let Some(addr) = cs.join.clone()
+    {
+        // The id, the members and the number of groups (which places the slots on the
+        // shards) come from the cluster.
+        crate::cluster::membership::resolve_join(cs, &addr)
+            .await
+            .map_err(StartError::Join)?;
+    }
     let rules = RuleStore::open(settings.rules.clone()).map_err(StartError::Rules)?;
     let listener = TcpListener::bind((settings.bind.as_str(), settings.port))
         .await
@@ -142,12 +154,7 @@ pub async fn start(settings: Settings, clock: Arc<dyn Clock>) -> Result<NodeHand
             .map_err(StartError::ShardThread)?;
         threads.push(t);
     }
-    if let Some(mut cs) = cluster_settings {
-        if let Some(addr) = cs.join.clone() {
-            crate::cluster::membership::resolve_join(&mut cs, &addr)
-                .await
-                .map_err(StartError::Join)?;
-        }
+    if let Some(cs) = cluster_settings {
         // The shard threads must already run: replaying the log applies entries through them.
         let cluster = Cluster::start(
             cs,

@@ -176,6 +176,8 @@ pub struct TestCluster {
     nodes: Vec<Option<NodeHandle>>,
     opts: Opts,
     dir: TempDir,
+    /// Nodes that joined after the start (they restart from their data folder).
+    joined: Vec<NodeId>,
 }
 
 impl TestCluster {
@@ -190,12 +192,25 @@ impl TestCluster {
             spec,
             opts,
             dir: TempDir::new(tag),
+            joined: Vec::new(),
         };
         for id in c.ids() {
             c.start_node(id).await;
         }
         c.wait_leaders(Duration::from_secs(10)).await;
+        c.wait_formed(Duration::from_secs(10)).await;
         c
+    }
+
+    /// Waits until every running node has the cluster's first metadata.
+    pub async fn wait_formed(&self, limit: Duration) {
+        wait_for("the cluster's metadata on every node", limit, || async {
+            self.running()
+                .iter()
+                .all(|&id| self.cluster(id).metadata().is_bootstrapped())
+                .then_some(())
+        })
+        .await;
     }
 
     pub fn ids(&self) -> Vec<NodeId> {
@@ -216,6 +231,20 @@ impl TestCluster {
 
     pub fn cluster_settings(&self, id: NodeId) -> ClusterSettings {
         let mut cs = ClusterSettings::new(id, self.spec.clone(), self.data_dir(id));
+        if self.joined.contains(&id) {
+            // Restarts from its data folder, as `--join` does.
+            let n = self.spec.node(id).expect("node in spec").clone();
+            cs = ClusterSettings::new(
+                0,
+                ClusterSpec {
+                    nodes: vec![NodeSpec { id: 0, ..n }],
+                    replicas: 1,
+                    groups: 1,
+                },
+                self.data_dir(id),
+            );
+            cs.join = Some(self.addr(1));
+        }
         cs.forward = self.opts.forward;
         cs.balance_leaders = self.opts.balance;
         if let Some(t) = self.opts.write_timeout {
@@ -252,6 +281,70 @@ impl TestCluster {
             Err(_) => panic!("node {id} did not start within 15 s"),
         };
         self.nodes[idx(id)] = Some(h);
+    }
+
+    /// Starts a new node that joins the running cluster through node `via`; returns the id
+    /// the cluster gave it.
+    pub async fn join_node(&mut self, via: NodeId) -> NodeId {
+        let host = "127.0.0.1".to_string();
+        let (port, peer_port) = (free_port(), free_port());
+        // Ids are handed out in order and never reused: the node gets the next one.
+        let expected = self.nodes.len() as NodeId + 1;
+        let dir = self.data_dir(expected);
+        let mut cs = ClusterSettings::new(
+            0,
+            ClusterSpec {
+                nodes: vec![NodeSpec {
+                    id: 0,
+                    host: host.clone(),
+                    port,
+                    peer_port,
+                }],
+                replicas: 1,
+                groups: 1,
+            },
+            dir.clone(),
+        );
+        cs.join = Some(self.addr(via));
+        cs.forward = self.opts.forward;
+        cs.balance_leaders = self.opts.balance;
+        if let Some(t) = self.opts.write_timeout {
+            cs.write_timeout = t;
+        }
+        if let Some(t) = self.opts.quiet_after {
+            cs.quiet_after = Some(t);
+        }
+        let clock = ManualClock::new(START_NS);
+        if let Some(c) = self.clocks.first() {
+            use bucketd::clock::Clock;
+            clock.set_ns(c.now_ns());
+        }
+        let s = Settings {
+            bind: host.clone(),
+            port,
+            shards: 2,
+            cluster: Some(cs),
+            ..Settings::default()
+        };
+        let h = match tokio::time::timeout(Duration::from_secs(15), server::start(s, clock.clone()))
+            .await
+        {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => panic!("the joining node does not start: {e}"),
+            Err(_) => panic!("the joining node did not start within 15 s"),
+        };
+        let id = h.node.cluster().expect("cluster mode").me;
+        assert_eq!(id, expected, "ids are handed out in order");
+        self.spec.nodes.push(NodeSpec {
+            id,
+            host,
+            port,
+            peer_port,
+        });
+        self.clocks.push(clock);
+        self.nodes.push(Some(h));
+        self.joined.push(id);
+        id
     }
 
     /// Stops node `id` (its Raft groups, peer links and shards); its data folder stays.
@@ -298,11 +391,12 @@ impl TestCluster {
     /// The leader of `g` if every running replica of `g` names the same running node, and
     /// that node names itself.
     pub fn agreed_leader(&self, g: GroupId) -> Option<NodeId> {
+        let viewer = *self.running().first()?;
         let replicas: Vec<NodeId> = self
-            .spec
-            .placement(g)
+            .cluster(viewer)
+            .voters(g)
             .into_iter()
-            .filter(|id| self.nodes[idx(*id)].is_some())
+            .filter(|id| self.nodes.get(idx(*id)).is_some_and(Option::is_some))
             .collect();
         let first = self.cluster(*replicas.first()?).leader(g)?;
         let all_agree = replicas

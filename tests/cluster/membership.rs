@@ -1,0 +1,357 @@
+//! Changing the membership while the cluster serves: a node joins and takes its share of
+//! replicas and leaderships, a node is drained and removed (alive or dead), rules set on one
+//! node hold on every node, bad requests change nothing, and a move cut short by a crash on
+//! either side finishes once the node is back.
+
+use crate::harness::*;
+use bucketd::internals::cluster::typ::NodeId;
+use std::time::Duration;
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// One member as `BK.CLUSTER STATUS` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    id: NodeId,
+    state: String,
+    replicas: i64,
+    leaders: i64,
+}
+
+#[derive(Debug)]
+struct Status {
+    nodes: i64,
+    moves: i64,
+    version: i64,
+    members: Vec<Member>,
+}
+
+/// Pairs of a RESP2-flattened map.
+fn pairs(r: &Resp) -> Vec<(String, Resp)> {
+    r.array()
+        .chunks(2)
+        .map(|kv| (kv[0].text(), kv[1].clone()))
+        .collect()
+}
+
+fn field<'a>(kv: &'a [(String, Resp)], k: &str) -> &'a Resp {
+    &kv.iter()
+        .find(|(n, _)| n == k)
+        .unwrap_or_else(|| panic!("no {k} in {kv:?}"))
+        .1
+}
+
+async fn status(addr: &str) -> Status {
+    let mut c = Conn::connect(addr).await.expect("connects");
+    let r = c.must(&["BK.CLUSTER", "STATUS"]).await;
+    let kv = pairs(&r);
+    let members = field(&kv, "members")
+        .array()
+        .iter()
+        .map(|m| {
+            let m = pairs(m);
+            Member {
+                id: field(&m, "id").int() as NodeId,
+                state: field(&m, "state").text(),
+                replicas: field(&m, "replicas").int(),
+                leaders: field(&m, "leaders").int(),
+            }
+        })
+        .collect();
+    Status {
+        nodes: field(&kv, "nodes").int(),
+        moves: field(&kv, "moves_in_progress").int(),
+        version: field(&kv, "version").int(),
+        members,
+    }
+}
+
+/// Waits until `addr` reports exactly the members `ids`, all up, nothing left to move, and
+/// replicas and leaderships spread evenly: floor or ceil of R*G/N and G/N per member.
+async fn wait_settled(c: &TestCluster, addr: &str, ids: &[NodeId]) -> Status {
+    let n = ids.len() as i64;
+    let g = i64::from(c.spec.groups);
+    let r = 3.min(n);
+    let (rlo, rhi) = ((r * g) / n, (r * g + n - 1) / n);
+    let (llo, lhi) = (g / n, (g + n - 1) / n);
+    wait_for(
+        &format!("members {ids:?} settled and balanced"),
+        SETTLE,
+        || async {
+            let s = status(addr).await;
+            let mut have: Vec<NodeId> = s.members.iter().map(|m| m.id).collect();
+            have.sort_unstable();
+            let even = s.members.iter().all(|m| {
+                m.state == "up"
+                    && (rlo..=rhi).contains(&m.replicas)
+                    && (llo..=lhi).contains(&m.leaders)
+            });
+            (have == ids && s.moves == 0 && s.nodes == n && even).then_some(s)
+        },
+    )
+    .await
+}
+
+/// Consumes `n` from `key` through the cluster and checks the exact count left.
+async fn consume(router: &mut Router, key: &str, n: usize) {
+    for _ in 0..n {
+        let (r, _) = router
+            .call(&["CL.THROTTLE", key, "99", "1", "3600", "1"], SERVE)
+            .await;
+        assert_eq!(r.limit()[0], 0, "{key} admits");
+    }
+}
+
+async fn remaining(router: &mut Router, key: &str) -> i64 {
+    let (r, _) = router
+        .call(&["CL.THROTTLE", key, "99", "1", "3600", "0"], SERVE)
+        .await;
+    r.limit()[2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_and_takes_its_share_then_is_removed() {
+    bounded(async {
+        let mut c = TestCluster::start("join", Opts::patient()).await;
+        let mut router = Router::new(c.addrs());
+        let keys: Vec<String> = (0..c.spec.groups)
+            .map(|g| key_in_group(&c.spec, "joined", g))
+            .collect();
+        for k in &keys {
+            consume(&mut router, k, 3).await;
+        }
+        let first = status(&c.addr(1)).await;
+        assert_eq!(first.nodes, 3);
+        let four = c.join_node(2).await;
+        assert_eq!(four, 4, "the first node to join gets the next id");
+        let s = wait_settled(&c, &c.addr(1), &[1, 2, 3, 4]).await;
+        assert!(s.version > first.version);
+        // The new node holds replicas, leads groups and describes the cluster like the others.
+        let on_four = wait_settled(&c, &c.addr(4), &[1, 2, 3, 4]).await;
+        assert_eq!(on_four.members.len(), s.members.len());
+        // Counts moved with the replicas.
+        for k in &keys {
+            assert_eq!(remaining(&mut router, k).await, 97, "{k}");
+            consume(&mut router, k, 1).await;
+        }
+        // CLUSTER SLOTS on the new node names it for some ranges.
+        let mut conn = Conn::connect(&c.addr(4)).await.expect("connects");
+        let slots = conn.must(&["CLUSTER", "SLOTS"]).await;
+        let mine = c.spec.node(4).expect("node 4").port as i64;
+        assert!(
+            slots.array().iter().any(|range| range.array()[2..]
+                .iter()
+                .any(|n| n.array()[1].int() == mine)),
+            "{slots:?}"
+        );
+
+        // Take a founder out: its replicas move to the others, then it stops serving.
+        let mut admin = Conn::connect(&c.addr(4)).await.expect("connects");
+        assert_eq!(
+            admin.must(&["BK.CLUSTER", "REMOVE", "2"]).await.text(),
+            "OK"
+        );
+        wait_settled(&c, &c.addr(1), &[1, 3, 4]).await;
+        let mut two = Conn::connect(&c.addr(2)).await.expect("connects");
+        let gone = two
+            .call(&["CL.THROTTLE", &keys[0], "99", "1", "3600", "1"])
+            .await
+            .expect("answers");
+        assert!(
+            gone.error().is_some_and(|e| e.contains("removed")),
+            "{gone:?}"
+        );
+        let mut router = Router::new(vec![c.addr(1), c.addr(3), c.addr(4)]);
+        for k in &keys {
+            assert_eq!(remaining(&mut router, k).await, 96, "{k}");
+        }
+        c.stop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_replaced_from_the_survivors() {
+    bounded(async {
+        let mut c = TestCluster::start("dead", Opts::patient()).await;
+        c.join_node(1).await;
+        wait_settled(&c, &c.addr(1), &[1, 2, 3, 4]).await;
+        let mut router = Router::new(c.addrs());
+        let keys: Vec<String> = (0..c.spec.groups)
+            .map(|g| key_in_group(&c.spec, "dead", g))
+            .collect();
+        for k in &keys {
+            consume(&mut router, k, 2).await;
+        }
+        // Node 3 never comes back.
+        c.stop_node(3).await;
+        let mut admin = Conn::connect(&c.addr(1)).await.expect("connects");
+        assert_eq!(
+            admin.must(&["BK.CLUSTER", "REMOVE", "3"]).await.text(),
+            "OK"
+        );
+        // A second removal while one is under way is refused.
+        let second = admin
+            .call(&["BK.CLUSTER", "REMOVE", "4"])
+            .await
+            .expect("answers");
+        if let Some(e) = second.error() {
+            assert!(e.contains("being removed"), "{e}");
+        } else {
+            panic!("a second removal was accepted: {second:?}");
+        }
+        wait_settled(&c, &c.addr(1), &[1, 2, 4]).await;
+        let mut router = Router::new(vec![c.addr(1), c.addr(2), c.addr(4)]);
+        for k in &keys {
+            assert_eq!(remaining(&mut router, k).await, 98, "{k}");
+        }
+        c.stop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_set_on_one_node_hold_on_every_node_and_on_joiners() {
+    bounded(async {
+        let mut c = TestCluster::start("rules", Opts::patient()).await;
+        let mut one = Conn::connect(&c.addr(1)).await.expect("connects");
+        assert_eq!(
+            one.must(&["BK.RULE", "SET", "api", "5/1m"]).await.text(),
+            "OK"
+        );
+        assert_eq!(
+            one.must(&["BK.RULE", "SET", "login", "sliding:3/1m"])
+                .await
+                .text(),
+            "OK"
+        );
+        // Read back where it was set, in its written-out form.
+        let want = one.must(&["BK.RULE", "GET", "api"]).await.text();
+        assert!(want.contains("5/"), "{want}");
+        for id in [2, 3] {
+            let addr = c.addr(id);
+            let want = want.clone();
+            wait_for("the rule on every node", SETTLE, || async {
+                let mut conn = Conn::connect(&addr).await.ok()?;
+                let r = conn.call(&["BK.RULE", "GET", "api"]).await.ok()?;
+                (r == Resp::Bulk(Some(want.clone().into_bytes()))).then_some(())
+            })
+            .await;
+        }
+        // Deleted on another node: gone everywhere.
+        let mut three = Conn::connect(&c.addr(3)).await.expect("connects");
+        assert_eq!(three.must(&["BK.RULE", "DEL", "login"]).await.int(), 1);
+        assert_eq!(three.must(&["BK.RULE", "DEL", "login"]).await.int(), 0);
+        // A node that joins later has them too, and a named check uses them.
+        let four = c.join_node(1).await;
+        let addr = c.addr(four);
+        let want = want.clone();
+        wait_for("the rules on the joined node", SETTLE, || async {
+            let mut conn = Conn::connect(&addr).await.ok()?;
+            let api = conn.call(&["BK.RULE", "GET", "api"]).await.ok()?;
+            let login = conn.call(&["BK.RULE", "GET", "login"]).await.ok()?;
+            (api == Resp::Bulk(Some(want.clone().into_bytes())) && login == Resp::Bulk(None))
+                .then_some(())
+        })
+        .await;
+        let mut router = Router::new(c.addrs());
+        let mut admitted = 0;
+        for _ in 0..8 {
+            let (r, _) = router.call(&["BK.CHECK", "rules:k", "api"], SERVE).await;
+            if r.limit()[0] == 1 {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 5, "the cluster's rule allows 5");
+        c.stop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_membership_requests_are_refused_and_change_nothing() {
+    bounded(async {
+        let mut c = TestCluster::start("badmember", Opts::patient()).await;
+        let before = status(&c.addr(1)).await;
+        let mut conn = Conn::connect(&c.addr(2)).await.expect("connects");
+        let refusals: &[(&[&str], &str)] = &[
+            (&["BK.CLUSTER", "REMOVE", "9"], "no node 9"),
+            (&["BK.CLUSTER", "REMOVE", "x"], "invalid node id"),
+            (&["BK.CLUSTER", "REMOVE"], "wrong number"),
+            (&["BK.CLUSTER", "FROB"], "unknown subcommand"),
+            // Nothing listens on port 1: the joining node could never be reached.
+            (
+                &["BK.CLUSTER", "JOIN", "127.0.0.1", "7999", "1"],
+                "cannot reach",
+            ),
+            (
+                &["BK.CLUSTER", "JOIN", "127.0.0.1", "0", "1"],
+                "invalid port",
+            ),
+        ];
+        for (cmd, want) in refusals {
+            let r = conn.call(cmd).await.expect("answers");
+            let e = r
+                .error()
+                .unwrap_or_else(|| panic!("{cmd:?} answered {r:?}"));
+            assert!(e.contains(want), "{cmd:?}: {e}");
+        }
+        // An address a member uses already.
+        let taken = c.spec.node(3).expect("node 3").clone();
+        let r = conn
+            .call(&[
+                "BK.CLUSTER",
+                "JOIN",
+                "127.0.0.1",
+                &taken.port.to_string(),
+                &taken.peer_port.to_string(),
+            ])
+            .await
+            .expect("answers");
+        assert!(
+            r.error().is_some_and(|e| e.contains("already taken")),
+            "{r:?}"
+        );
+        let after = status(&c.addr(1)).await;
+        assert_eq!(after.version, before.version, "nothing changed");
+        assert_eq!(after.members, before.members);
+        c.stop_all().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_cut_short_by_a_crash_finishes_once_the_node_is_back() {
+    bounded(async {
+        let mut c = TestCluster::start("crashmove", Opts::patient()).await;
+        let mut router = Router::new(c.addrs());
+        let keys: Vec<String> = (0..c.spec.groups)
+            .map(|g| key_in_group(&c.spec, "crash", g))
+            .collect();
+        for k in &keys {
+            consume(&mut router, k, 4).await;
+        }
+        // The receiving side crashes as soon as it is in, while replicas move to it.
+        let four = c.join_node(1).await;
+        c.stop_node(four).await;
+        c.start_node(four).await;
+        wait_settled(&c, &c.addr(1), &[1, 2, 3, 4]).await;
+        // The leaving side crashes in the middle of a drain.
+        let mut admin = Conn::connect(&c.addr(1)).await.expect("connects");
+        assert_eq!(
+            admin.must(&["BK.CLUSTER", "REMOVE", "4"]).await.text(),
+            "OK"
+        );
+        let leader_side = 2;
+        c.stop_node(leader_side).await;
+        c.start_node(leader_side).await;
+        wait_settled(&c, &c.addr(1), &[1, 2, 3]).await;
+        let mut router = Router::new(vec![c.addr(1), c.addr(2), c.addr(3)]);
+        for k in &keys {
+            assert_eq!(remaining(&mut router, k).await, 96, "{k}");
+        }
+        c.stop_all().await;
+    })
+    .await;
+}
+
