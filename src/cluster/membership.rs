@@ -426,7 +426,10 @@ impl Cluster {
             }
         }
         // A cluster just created writes its first metadata a moment after it elects.
-        if !self.await_meta(|m| m.is_bootstrapped(), Duration::from_secs(10)).await {
+        if !self
+            .await_meta(|m| m.is_bootstrapped(), Duration::from_secs(10))
+            .await
+        {
             return Err("ERR the cluster is not formed yet; retry".into());
         }
         let op = MetaOp::Join {
@@ -450,7 +453,10 @@ impl Cluster {
             if done(&self.metadata()) {
                 return true;
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
                 return done(&self.metadata());
             }
         }

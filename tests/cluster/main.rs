@@ -7,6 +7,7 @@ mod harness;
 
 mod clients;
 mod failover;
+mod membership;
 mod network;
 mod partition;
 mod pipeline;
