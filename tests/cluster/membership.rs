@@ -354,4 +354,3 @@ async fn a_move_cut_short_by_a_crash_finishes_once_the_node_is_back() {
     })
     .await;
 }
-
