@@ -659,12 +659,18 @@ impl Cluster {
         if g < self.meta_group() {
             let s = g as usize % self.shards.len().max(1);
             if let Some(shard) = self.shards.get(s) {
-                let exec = ShardExecutor {
-                    shard: shard.clone(),
-                    slots: self.spec.group_slots(g),
-                };
-                if let Err(e) = exec.import(Vec::new()).await {
-                    tracing::warn!(group = g, "could not clear the keys of a moved group: {e}");
+                // A partition at a time: the shard serves its other groups in between.
+                for part in 0..crate::store::Store::partitions() {
+                    let (reply, rx) = oneshot::channel();
+                    let msg = ShardMsg::ClearPart {
+                        slots: self.spec.group_slots(g),
+                        part,
+                        reply,
+                    };
+                    if shard.send(msg).await.is_err() || rx.await.is_err() {
+                        tracing::warn!(group = g, "could not clear the keys of a moved group");
+                        break;
+                    }
                 }
             }
         }

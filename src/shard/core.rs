@@ -229,6 +229,12 @@ impl ShardCore {
             .import(records, |k| (lo..=hi).contains(&key_slot(k)));
     }
 
+    /// Removes the keys of slots `lo..=hi` held in partition `part` of the store.
+    pub fn clear_part(&mut self, (lo, hi): (u16, u16), part: usize) {
+        self.store
+            .remove_in_partition(part, |k| (lo..=hi).contains(&key_slot(k)));
+    }
+
     /// Applies a batch from another shard, within a reply budget.
     pub fn apply_batch(&mut self, cmds: Vec<KeyCmd>, budget: usize) -> Answer {
         self.stats.remote_batches.fetch_add(1, Ordering::Relaxed);

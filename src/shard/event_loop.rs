@@ -86,6 +86,10 @@ pub(crate) fn run<A, F>(
                     core.borrow_mut().import(slots, &records);
                     let _ = reply.send(());
                 }
+                ShardMsg::ClearPart { slots, part, reply } => {
+                    core.borrow_mut().clear_part(slots, part);
+                    let _ = reply.send(());
+                }
                 ShardMsg::Accept(std_stream) => {
                     if let Some(serve) = adopt(&core, std_stream, shutdown.clone()) {
                         conns.spawn_local(serve);

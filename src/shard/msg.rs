@@ -50,6 +50,13 @@ pub enum ShardMsg {
         records: Vec<Record>,
         reply: oneshot::Sender<()>,
     },
+    /// Removes the keys of a slot range from one partition of the store (a group's replica
+    /// moved away: cleared a partition at a time, so the shard keeps serving meanwhile).
+    ClearPart {
+        slots: (u16, u16),
+        part: usize,
+        reply: oneshot::Sender<()>,
+    },
     /// A new client connection to serve on this shard.
     Accept(std::net::TcpStream),
     /// The node's caps were switched on or off: start or stop counting this shard's keys in

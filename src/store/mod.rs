@@ -154,6 +154,24 @@ impl Store {
         self.usage.admit_all = false;
     }
 
+    /// Removes every key of partition `part` that `owned` selects; returns how many.
+    pub fn remove_in_partition(&mut self, part: usize, owned: impl Fn(&[u8]) -> bool) -> usize {
+        let Some(p) = self.partitions.get(part) else {
+            return 0;
+        };
+        let doomed: Vec<Vec<u8>> = p
+            .index
+            .iter()
+            .map(|&o| key_of(&p.arena, o as usize))
+            .filter(|k| owned(k))
+            .map(<[u8]>::to_vec)
+            .collect();
+        for k in &doomed {
+            self.remove(k, 0);
+        }
+        doomed.len()
+    }
+
     /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).
     pub fn for_each_key(&self, now: u64, mut f: impl FnMut(&[u8])) {
         for p in &self.partitions {
