@@ -171,12 +171,18 @@ async fn steer_members(
                 if !learners.contains(&id) && !voters.contains(&id) {
                     c.quiet().on_write(c, g, &raft).await;
                     let node = BasicNode::new(member.node.peer_addr());
-                    tokio::time::timeout(Duration::from_secs(10), raft.add_learner(id, node, true))
-                        .await
-                        .map_err(|_| format!("node {id} did not catch up on the metadata"))?
-                        .map_err(|e| e.to_string())?;
+                    // Not waited for: a node that never comes must not hold up the others.
+                    if let Err(e) = raft.add_learner(id, node, false).await {
+                        tracing::info!(node = id, "could not add a joining node: {e}");
+                    }
+                    continue;
                 }
+                // Made a voter (and given replicas) only once it caught up on the metadata, so
+                // that a node that joined and died holds up nothing.
                 if !voters.contains(&id) {
+                    if !caught_up(&raft, id) {
+                        continue;
+                    }
                     c.quiet().on_write(c, g, &raft).await;
                     raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
                         .await
@@ -228,6 +234,18 @@ async fn steer_members(
         }
     }
     Ok(())
+}
+
+/// Whether `id` holds everything the leader `raft` has in its log.
+fn caught_up(raft: &crate::cluster::node::GroupRaft, id: NodeId) -> bool {
+    let m = raft.metrics();
+    let m = m.borrow_watched();
+    let matched = m
+        .replication
+        .as_ref()
+        .and_then(|r| r.get(&id).cloned().flatten())
+        .map(|l| l.index());
+    matched.is_some() && matched >= m.last_log_index
 }
 
 /// (voters, learners, whether a joint configuration is in force) of a replica's membership.

@@ -178,6 +178,8 @@ pub struct TestCluster {
     dir: TempDir,
     /// Nodes that joined after the start (they restart from their data folder).
     joined: Vec<NodeId>,
+    /// The rules file each node is started with, if any.
+    pub rules: HashMap<NodeId, PathBuf>,
 }
 
 impl TestCluster {
@@ -193,6 +195,7 @@ impl TestCluster {
             opts,
             dir: TempDir::new(tag),
             joined: Vec::new(),
+            rules: HashMap::new(),
         };
         for id in c.ids() {
             c.start_node(id).await;
@@ -267,6 +270,8 @@ impl TestCluster {
             bind: "127.0.0.1".into(),
             port: n.port,
             shards: 2,
+            rules: self.rules.get(&id).cloned(),
+            rules_reload_ms: 100,
             cluster: Some(self.cluster_settings(id)),
             ..Settings::default()
         };

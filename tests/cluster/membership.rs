@@ -354,3 +354,41 @@ async fn a_move_cut_short_by_a_crash_finishes_once_the_node_is_back() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nodes_rules_file_is_loaded_into_the_clusters_rules() {
+    bounded(async {
+        let mut c = TestCluster::start("rulesfile", Opts::patient()).await;
+        let file = c.data_dir(1).with_file_name("rules.toml");
+        std::fs::write(&file, "[rules]\nfromfile = \"7/1m\"\n").expect("rules file");
+        c.rules.insert(1, file.clone());
+        // Node 1 restarts with the file: every node gets its rules.
+        c.stop_node(1).await;
+        c.start_node(1).await;
+        let has = |id: NodeId, name: &'static str| {
+            let addr = c.addr(id);
+            async move {
+                let mut conn = Conn::connect(&addr).await.ok()?;
+                let r = conn.call(&["BK.RULE", "GET", name]).await.ok()?;
+                matches!(r, Resp::Bulk(Some(_))).then_some(())
+            }
+        };
+        for id in [1, 2, 3] {
+            wait_for("the file's rule on every node", SETTLE, || {
+                has(id, "fromfile")
+            })
+            .await;
+        }
+        // A change to the file reaches every node too.
+        std::fs::write(&file, "[rules]\nfromfile = \"7/1m\"\nlater = \"9/1s\"\n")
+            .expect("rules file");
+        for id in [1, 2, 3] {
+            wait_for("the changed file's rule on every node", SETTLE, || {
+                has(id, "later")
+            })
+            .await;
+        }
+        c.stop_all().await;
+    })
+    .await;
+}

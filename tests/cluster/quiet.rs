@@ -92,10 +92,13 @@ async fn idle_groups_go_quiet_and_a_write_wakes_one() {
         c.wait_balanced(SECS).await;
         let leaders = c.hold_leaders(SECS).await;
         c.wait_all_quiet(SECS).await;
-        // Every follower has its election timer off for the quiet groups it follows.
+        // Every follower has its election timer off for the quiet groups it follows, the
+        // metadata group (every node is its replica) among them.
         let followers: usize = (0..c.spec.groups)
             .map(|g| c.spec.placement(g).len() - 1)
-            .sum();
+            .sum::<usize>()
+            + c.running().len()
+            - 1;
         wait_for("every follower to be silenced", SECS, || async {
             let silenced: usize = c
                 .running()
