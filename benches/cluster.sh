@@ -129,7 +129,7 @@ for i in 0 1 2; do
 done
 for i in 0 1 2; do
     taskset -c "$SERVER_CPU" "$BIN" --bind "$HOST" --port "${BD_PORTS[$i]}" --shards 1 \
-        --cluster-nodes "$bd_nodes" --node-id $((i + 1)) \
+        --cluster-nodes "$bd_nodes" --node-id $((i + 1)) --groups 16 \
         --data-dir "$WORK/bucketd-node-$((i + 1))" --log warn \
         >>"$WORK/bucketd-node-$((i + 1)).log" 2>&1 &
     BD_PIDS+=("$!")
@@ -443,7 +443,7 @@ $(date -u '+%Y-%m-%d %H:%M UTC'); $CORES cores ($cpu_model); Redis $redis_versio
   is asynchronous (a primary answers before its replica has the write). The Lua script
   (benches/token_bucket.lua) loaded with \`SCRIPT LOAD\` on every node.
 - bucketd: 3 nodes from the release build, \`--shards 1\`, 16 shard groups of 3 replicas each
-  (the defaults, as cluster/start-local.sh); a check is answered once a majority of its group's
+  (as cluster/start-local.sh starts them); a check is answered once a majority of its group's
   replicas has it in its Raft log and the leader applied it.
 - **All nine server processes share core $SERVER_CPU** (\`taskset -c $SERVER_CPU\`): 6 Redis processes
   or 3 bucketd nodes on one core, so a cluster's replication work competes with serving on that

@@ -322,7 +322,9 @@ impl ClusterRaw {
         let spec = ClusterSpec {
             nodes,
             replicas,
-            groups: self.groups.unwrap_or(16),
+            // Enough for a cluster to grow to 32 nodes each leading a group; idle groups cost
+            // little (quiet), so more would do too, at smaller batches per group under load.
+            groups: self.groups.unwrap_or(32),
         };
         spec.validate().map_err(StartError::Spec)?;
         if spec.node(node_id).is_none() {
