@@ -2,7 +2,7 @@
 """How long a 3 -> 4 rebalance takes with many buckets, and what checks see meanwhile.
 
 usage: python3 benches/rebalance.py [--bin target/release/bucketd] [--buckets 1000000]
-                                    [--groups 16] [--port 27001] [--probe-threads 4]
+                                    [--groups 32] [--port 27001] [--probe-threads 4]
 
 Starts three nodes on 127.0.0.1 (clients on PORT..PORT+2, peers 10000 above), fills them with
 BUCKETS token buckets spread over every slot (CL.THROTTLE b:N 99 1 3600 1, sent with
@@ -133,7 +133,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/bucketd")
     ap.add_argument("--buckets", type=int, default=1_000_000)
-    ap.add_argument("--groups", type=int, default=16)
+    ap.add_argument("--groups", type=int, default=32)
     ap.add_argument("--port", type=int, default=27001)
     ap.add_argument("--probe-threads", type=int, default=4)
     ap.add_argument("--steady-s", type=float, default=10.0)
