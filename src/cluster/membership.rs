@@ -71,12 +71,21 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         if !m.is_bootstrapped() {
             continue;
         }
+        // A removed node stays a peer while the metadata group still lists it: its leader
+        // keeps it a moment so that it hears that it was removed.
+        let meta_members = c
+            .raft(c.meta_group())
+            .map(|r| {
+                let (v, l, _) = membership_of(&r);
+                v.into_iter().chain(l).collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         for member in m.members.values() {
-            if member.state == MemberState::Removed {
-                c.network().remove_peer(member.node.id);
-            } else {
-                c.network()
-                    .add_peer(member.node.id, &member.node.peer_addr());
+            let id = member.node.id;
+            if member.state != MemberState::Removed {
+                c.network().add_peer(id, &member.node.peer_addr());
+            } else if !meta_members.contains(&id) {
+                c.network().remove_peer(id);
             }
         }
         if seen_version != Some(m.version) {
@@ -87,10 +96,11 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         }
         if m.state_of(c.me) == Some(MemberState::Removed) {
             c.mark_removed();
-            for g in 0..c.spec.groups {
+            // Every replica, the metadata group's too: a removed node takes part in nothing.
+            for g in 0..=c.meta_group() {
                 c.drop_replica(g).await;
             }
-            continue;
+            return;
         }
         let placement = m.placement();
         for g in 0..c.spec.groups {
@@ -162,7 +172,8 @@ async fn steer_members(
     let raft = c.raft(g).ok_or("no metadata replica")?;
     let (voters, learners, joint) = membership_of(&raft);
     if joint {
-        return Ok(());
+        c.quiet().on_write(c, g, &raft).await;
+        return finish_joint(&raft).await;
     }
     for member in m.members.values() {
         let id = member.node.id;
@@ -248,6 +259,25 @@ fn caught_up(raft: &crate::cluster::node::GroupRaft, id: NodeId) -> bool {
     matched.is_some() && matched >= m.last_log_index
 }
 
+/// A membership change whose leader changed between its two steps leaves the group in a
+/// joint configuration: the new leader finishes it, with the configuration it was going to.
+async fn finish_joint(raft: &crate::cluster::node::GroupRaft) -> Result<(), String> {
+    let last: Option<BTreeSet<NodeId>> = {
+        let m = raft.metrics();
+        let m = m.borrow_watched();
+        m.membership_config
+            .membership()
+            .get_joint_config()
+            .last()
+            .cloned()
+    };
+    let Some(last) = last else { return Ok(()) };
+    raft.change_membership(ChangeMembers::ReplaceAllVoters(last), false)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// (voters, learners, whether a joint configuration is in force) of a replica's membership.
 fn membership_of(raft: &crate::cluster::node::GroupRaft) -> (Vec<NodeId>, Vec<NodeId>, bool) {
     let m = raft.metrics();
@@ -265,7 +295,20 @@ fn membership_of(raft: &crate::cluster::node::GroupRaft) -> (Vec<NodeId>, Vec<No
 async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<NodeId>) {
     let Some(raft) = c.raft(g) else { return };
     let (mut voters, learners, joint) = membership_of(&raft);
-    if joint || voters.is_empty() {
+    if joint {
+        if c.start_move(g) {
+            let c2 = c.clone();
+            c.runtime_for(g).spawn(async move {
+                c2.quiet().on_write(&c2, g, &raft).await;
+                if let Err(e) = finish_joint(&raft).await {
+                    tracing::info!(group = g, "a membership change is not finished yet: {e}");
+                }
+                c2.end_move(g);
+            });
+        }
+        return;
+    }
+    if voters.is_empty() {
         return;
     }
     voters.sort_unstable();

@@ -1133,10 +1133,16 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdo
         if !c.balancing.load(Ordering::Relaxed) {
             continue;
         }
+        // Only full members take leaderships: not a node that is joining or being drained.
+        let meta = c.metadata();
         let mut counts: BTreeMap<NodeId, usize> = c
             .nodes()
             .iter()
             .filter(|n| c.is_up(n.id))
+            .filter(|n| {
+                !meta.is_bootstrapped()
+                    || meta.state_of(n.id) == Some(crate::cluster::meta::MemberState::Active)
+            })
             .map(|n| (n.id, 0))
             .collect();
         for g in 0..c.spec.groups {

@@ -14,6 +14,7 @@ mod pipeline;
 mod processes;
 mod quiet;
 mod restart;
+mod scaling;
 mod snapshot;
 mod topology;
 mod transactions;
