@@ -47,7 +47,12 @@ const SETTLE: Duration = Duration::from_secs(20);
 /// Steady state between the steps, so the probe has something to compare the moves with.
 const DWELL: Duration = Duration::from_millis(1500);
 /// Keys written once before the load and checked after it: state the moves must carry along.
-const FILL: usize = 20_000;
+const FILL: usize = if cfg!(debug_assertions) {
+    // A debug build serves an order of magnitude fewer requests per second.
+    4_000
+} else {
+    20_000
+};
 const FILL_TASKS: usize = 16;
 /// Replicas per group.
 const R: usize = 3;
