@@ -645,10 +645,12 @@ removed_says_so() {
   if [[ $out =~ ^-?[0-9]+(\ -?[0-9]+){4}$ ]]; then
     fail "removed $VICTIM still serves $KEY: [$out]"
   fi
-  [[ $out == *"node $VID was removed"* ]]
+  # It knows it was removed, and sends clients on to a member with -MOVED.
+  st=$(status "$VPORT" | awk '$1 == "this_node" { print $2 }')
+  [[ $st == removed && $out == *MOVED* && $out != *":$VPORT"* ]]
 }
 if wait_until 10 removed_says_so; then
-  pass "$VICTIM answers: $out"
+  pass "$VICTIM says it was removed and answers: $out"
 else
   vstatus=$(status "$VPORT" || echo "(no STATUS answer)")
   [ "$vstatus" = "(no STATUS answer)" ] || vstatus="version $(awk '$1 == "version" { print $2 }' <<<"$vstatus"), $(status_line "$vstatus")"

@@ -960,7 +960,16 @@ impl Cluster {
         cmds: Vec<KeyCmd>,
     ) -> Result<Option<Vec<Reply>>, ProposeError> {
         if self.is_removed() {
-            return Err(ProposeError::Removed);
+            // Serves nothing, but sends clients whose slot map is stale to a member that
+            // holds the group, so they see only -MOVED.
+            let meta = self.metadata();
+            let to = meta.voters.get(g as usize).and_then(|v| {
+                v.iter().copied().find(|&id| {
+                    id != self.me
+                        && meta.state_of(id) == Some(crate::cluster::meta::MemberState::Active)
+                })
+            });
+            return Err(to.map_or(ProposeError::Removed, ProposeError::Moved));
         }
         let leader = match self.serving_leader(g) {
             Some(l) => Some(l),

@@ -417,12 +417,17 @@ fn write_status(c: &Cluster, w: &mut ReplyWriter) {
             .filter(|&g| c.serving_leader(g) == Some(id))
             .count()
     };
-    w.map(6);
+    let this_node = match m.state_of(c.me) {
+        Some(s) => s.name(),
+        None => "joining",
+    };
+    w.map(7);
     w.kv_int("nodes", members.len() as i64);
     w.kv_int("groups", i64::from(c.spec.groups));
     w.kv_int("replicas", c.spec.replicas as i64);
     w.kv_int("moves_in_progress", m.moves_in_progress() as i64);
     w.kv_int("version", i64::try_from(m.version).unwrap_or(i64::MAX));
+    w.kv_str("this_node", this_node);
     w.bulk(b"members");
     w.array(members.len());
     for member in members {

@@ -7,7 +7,8 @@
 //! one the bucket took (none lost, none extra). Keys written before the load keep their state
 //! through the moves. Each step settles within a bound: STATUS lists exactly the members, all
 //! up, no move left, replicas and leaderships even, CLUSTER SLOTS and CLUSTER INFO agree on
-//! every member; a removed node, still running, says it was removed. A probe that writes to
+//! every member; a removed node, still running, says it was removed and sends clients on to a
+//! member with `-MOVED`. A probe that writes to
 //! one key per group, one write at a time, prints how long writes wait while replicas and
 //! leaderships move, against steady state.
 //!
@@ -385,19 +386,24 @@ async fn settle(p: &mut Procs, what: &str, addrs: &[String]) -> Result<(Status, 
     }
 }
 
-/// What a key command on the removed node at `addr` gets, once it says the node was removed
-/// or after `REMOVED_KNOWS`; and how long that took.
-async fn removed_answers(addr: &str) -> (Resp, Duration) {
+/// What a key command on the removed node at `addr` gets once its STATUS says it was removed
+/// (or after `REMOVED_KNOWS`), whether it said so, and how long that took.
+async fn removed_answers(addr: &str) -> (Resp, bool, Duration) {
     let t0 = Instant::now();
     let mut conn = Conn::connect(addr)
         .await
         .expect("the removed node still runs");
     loop {
-        let r = conn
-            .must(&["CL.THROTTLE", &key(0), "99", "1", "3600", "0"])
-            .await;
-        if r.error().is_some_and(|e| e.contains("was removed")) || t0.elapsed() > REMOVED_KNOWS {
-            return (r, t0.elapsed());
+        let st = conn.must(&["BK.CLUSTER", "STATUS"]).await;
+        let says = st
+            .array()
+            .chunks(2)
+            .any(|kv| kv[0].text() == "this_node" && kv[1].text() == "removed");
+        if says || t0.elapsed() > REMOVED_KNOWS {
+            let r = conn
+                .must(&["CL.THROTTLE", &key(0), "99", "1", "3600", "0"])
+                .await;
+            return (r, says, t0.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -1026,8 +1032,10 @@ async fn clients_see_only_moved_while_the_cluster_scales_under_load() {
                 // The removed node keeps running, and serves nothing.
                 phase.store(step + 1, Ordering::Relaxed);
                 let dwell_end = Instant::now() + DWELL;
-                let (r, after) = removed_answers(&addr).await;
-                if r.error().is_some_and(|e| e.contains("was removed")) {
+                // It knows, and sends clients with a stale slot map to a member: -MOVED.
+                let (r, says, after) = removed_answers(&addr).await;
+                let moved_to = r.error().and_then(parse_moved).map(|(_, to)| to);
+                if says && moved_to.as_ref().is_some_and(|to| *to != addr) {
                     println!("scaling: removed node {id} answers {r:?} (after {after:?})");
                 } else {
                     let view = slot_owners(&addr).await;
