@@ -519,10 +519,16 @@ async fn forwarding_never_redirects_during_leader_changes() {
         let replicas = c.spec.placement(g);
         let stop = Arc::new(AtomicBool::new(false));
         let mut hammers = Vec::new();
-        for id in c.ids() {
+        let admits: Vec<Arc<std::sync::atomic::AtomicUsize>> = c
+            .ids()
+            .iter()
+            .map(|_| Arc::new(std::sync::atomic::AtomicUsize::new(0)))
+            .collect();
+        for (i, id) in c.ids().into_iter().enumerate() {
             let addr = c.addr(id);
             let key = key.clone();
             let stop = stop.clone();
+            let admitted = admits[i].clone();
             hammers.push(tokio::spawn(async move {
                 let mut conn = Conn::connect(&addr).await.expect("connect");
                 let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
@@ -533,7 +539,10 @@ async fn forwarding_never_redirects_during_leader_changes() {
                     let kind = match r.error() {
                         Some(e) if e.starts_with("MOVED") => e.to_string(),
                         Some(e) => e.split(' ').next().unwrap_or_default().to_string(),
-                        None => "admitted".to_string(),
+                        None => {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            "admitted".to_string()
+                        }
                     };
                     *kinds.entry(kind).or_default() += 1;
                     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -560,6 +569,17 @@ async fn forwarding_never_redirects_during_leader_changes() {
             )
             .await;
         }
+        // The transfers can all be over in well under a second: once the leadership has
+        // settled, every node must serve again.
+        let settled: Vec<usize> = admits.iter().map(|a| a.load(Ordering::Relaxed)).collect();
+        wait_for("every forwarding node to admit again", SECS, || async {
+            admits
+                .iter()
+                .zip(&settled)
+                .all(|(a, &before)| a.load(Ordering::Relaxed) > before)
+                .then_some(())
+        })
+        .await;
         stop.store(true, Ordering::Relaxed);
         let mut redirected = Vec::new();
         for h in hammers {
