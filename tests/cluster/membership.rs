@@ -318,7 +318,14 @@ async fn bad_membership_requests_are_refused_and_change_nothing() {
         );
         let after = status(&c.addr(1)).await;
         assert_eq!(after.version, before.version, "nothing changed");
-        assert_eq!(after.members, before.members);
+        // Leaderships may still be evening out; membership and placement may not change.
+        let placed = |s: &Status| -> Vec<(NodeId, String, i64)> {
+            s.members
+                .iter()
+                .map(|m| (m.id, m.state.clone(), m.replicas))
+                .collect()
+        };
+        assert_eq!(placed(&after), placed(&before));
         c.stop_all().await;
     })
     .await;
