@@ -16,7 +16,7 @@
 //!   drained node out once no group has a replica on it.
 
 use crate::cluster::meta::{MemberState, MetaOp, MetaState};
-use crate::cluster::node::{Cluster, ProposeError};
+use crate::cluster::node::{Cluster, ProposeError, caught_up};
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
 use crate::cluster::transport::{CallError, PeerError, Rpc, RpcOk};
 use crate::cluster::typ::{GroupId, NodeId};
@@ -27,7 +27,6 @@ use openraft::impls::BasicNode;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -54,7 +53,6 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         return;
     };
     let mut seen_version = None;
-    let mut seen_rules: Option<BTreeMap<String, String>> = None;
     let mut tick = super::ticker(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -64,10 +62,6 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         }
         let Some(c) = weak.upgrade() else { return };
         let m = c.metadata();
-        if seen_rules.as_ref() != Some(&m.rules) {
-            c.rules_changed(&m);
-            seen_rules = Some(m.rules.clone());
-        }
         if !m.is_bootstrapped() {
             continue;
         }
@@ -90,7 +84,10 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         }
         if seen_version != Some(m.version) {
             seen_version = Some(m.version);
-            if let Err(e) = write_cluster_file(c.data_dir(), c.me, &m) {
+            let nodes = m.current().map(|n| &n.node);
+            if let Err(e) =
+                write_cluster_file(c.data_dir(), c.me, m.groups, m.replicas as usize, nodes)
+            {
                 tracing::warn!("could not write {CLUSTER_FILE}: {e}");
             }
         }
@@ -247,18 +244,6 @@ async fn steer_members(
     Ok(())
 }
 
-/// Whether `id` holds everything the leader `raft` has in its log.
-fn caught_up(raft: &crate::cluster::node::GroupRaft, id: NodeId) -> bool {
-    let m = raft.metrics();
-    let m = m.borrow_watched();
-    let matched = m
-        .replication
-        .as_ref()
-        .and_then(|r| r.get(&id).cloned().flatten())
-        .map(|l| l.index());
-    matched.is_some() && matched >= m.last_log_index
-}
-
 /// A membership change whose leader changed between its two steps leaves the group in a
 /// joint configuration: the new leader finishes it, with the configuration it was going to.
 async fn finish_joint(raft: &crate::cluster::node::GroupRaft) -> Result<(), String> {
@@ -298,7 +283,7 @@ async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<
     if joint {
         if c.start_move(g) {
             let c2 = c.clone();
-            c.runtime_for(g).spawn(async move {
+            c.runtime_of(g).spawn(async move {
                 c2.quiet().on_write(&c2, g, &raft).await;
                 if let Err(e) = finish_joint(&raft).await {
                     tracing::info!(group = g, "a membership change is not finished yet: {e}");
@@ -344,7 +329,7 @@ async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<
         return;
     }
     let c2 = c.clone();
-    c.runtime_for(g).spawn(async move {
+    c.runtime_of(g).spawn(async move {
         match move_one(&c2, g, &voters, &desired).await {
             Ok(()) => {}
             Err(e) => tracing::info!(group = g, "replica move not done yet: {e}"),
@@ -539,33 +524,26 @@ impl Cluster {
             return false;
         }
         moving.insert(g);
-        self.moves.store(moving.len(), Ordering::Relaxed);
         true
     }
 
     fn end_move(&self, g: GroupId) {
         let mut moving = crate::sync::lock(&self.moving);
         moving.remove(&g);
-        self.moves.store(moving.len(), Ordering::Relaxed);
     }
 }
 
-/// Writes what a node needs to rejoin from its data folder: its id and the members.
-fn write_cluster_file(dir: &Path, me: NodeId, m: &MetaState) -> std::io::Result<()> {
-    let nodes: Vec<String> = m
-        .current()
-        .map(|n| {
-            format!(
-                "{}:{}:{}:{}",
-                n.node.id, n.node.host, n.node.port, n.node.peer_port
-            )
-        })
-        .collect();
+/// Writes what a node needs to rejoin from its data folder: its id and the cluster.
+fn write_cluster_file<'a>(
+    dir: &Path,
+    me: NodeId,
+    groups: u32,
+    replicas: usize,
+    nodes: impl IntoIterator<Item = &'a NodeSpec>,
+) -> std::io::Result<()> {
     let text = format!(
-        "# Written by bucketd: the cluster this node belongs to.\nnode-id = {me}\ngroups = {}\nreplicas = {}\ncluster-nodes = \"{}\"\n",
-        m.groups,
-        m.replicas,
-        nodes.join(",")
+        "# Written by bucketd: the cluster this node belongs to.\nnode-id = {me}\ngroups = {groups}\nreplicas = {replicas}\ncluster-nodes = \"{}\"\n",
+        ClusterSpec::format_nodes(nodes)
     );
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!("{CLUSTER_FILE}.tmp"));
@@ -693,30 +671,14 @@ pub(crate) async fn resolve_join(
         None => {
             // The peer port must answer while the member checks it: bound now, served once
             // the node runs.
-            let probe = std::net::TcpListener::bind(format!(
-                "{}:{}",
-                if me.host.parse::<std::net::IpAddr>().is_ok() {
-                    me.host.as_str()
-                } else {
-                    "0.0.0.0"
-                },
-                me.peer_port
+            let probe = std::net::TcpListener::bind((
+                crate::cluster::node::bind_host(&me.host),
+                me.peer_port,
             ))
             .map_err(|e| format!("cannot listen on peer port {}: {e}", me.peer_port))?;
             let (id, spec) = request_join(addr, &me).await?;
             drop(probe);
-            let text = format!(
-                "# Written by bucketd: the cluster this node belongs to.\nnode-id = {id}\ngroups = {}\nreplicas = {}\ncluster-nodes = \"{}\"\n",
-                spec.groups,
-                spec.replicas,
-                spec.nodes
-                    .iter()
-                    .map(|n| format!("{}:{}:{}:{}", n.id, n.host, n.port, n.peer_port))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
-            std::fs::create_dir_all(&cs.data_dir)
-                .and_then(|()| std::fs::write(cs.data_dir.join(CLUSTER_FILE), text))
+            write_cluster_file(&cs.data_dir, id, spec.groups, spec.replicas, &spec.nodes)
                 .map_err(|e| format!("cannot write {}: {e}", cs.data_dir.display()))?;
             tracing::info!(node = id, "the cluster gave this node its id");
             (id, spec)

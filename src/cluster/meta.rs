@@ -4,7 +4,7 @@
 //! later learns all of it from the group's log.
 //!
 //! Nodes act on what it says: each computes from the members where every group's replicas
-//! belong (`desired`), the leader of a group moves the group's replicas there one at a time
+//! belong (`placement`), the leader of a group moves the group's replicas there one at a time
 //! (see `membership`), and the leader of the metadata group lets joining nodes in and lets
 //! drained ones out.
 
@@ -12,12 +12,11 @@ use crate::cluster::spec::{NodeSpec, rendezvous};
 use crate::cluster::typ::{GroupId, NodeId};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::store::{OwnedValue, Record};
-use crate::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 /// A member's place in the cluster's life.
@@ -247,14 +246,6 @@ impl MetaState {
         groups
     }
 
-    /// The nodes that should hold group `g`'s replicas (see `placement`).
-    pub fn desired(&self, g: GroupId) -> Vec<NodeId> {
-        self.placement()
-            .into_iter()
-            .nth(g as usize)
-            .unwrap_or_default()
-    }
-
     /// Groups whose voters are not yet where they belong.
     pub fn moves_in_progress(&self) -> usize {
         let placement = self.placement();
@@ -413,25 +404,24 @@ impl MetaState {
 /// The key a metadata snapshot keeps the whole state under.
 const META_KEY: &[u8] = b"bucketd:metadata";
 
+/// What a node does with the cluster's rules: called with them whenever they change here.
+pub(crate) type RulesHook = Box<dyn Fn(&BTreeMap<String, String>) + Send + Sync>;
+
 /// The metadata group's applied state on this node, and its watchers.
 pub struct MetaStore {
-    state: Mutex<Arc<MetaState>>,
     tx: watch::Sender<Arc<MetaState>>,
-}
-
-impl Default for MetaStore {
-    fn default() -> Self {
-        let (tx, _) = watch::channel(Arc::new(MetaState::default()));
-        MetaStore {
-            state: Mutex::new(Arc::new(MetaState::default())),
-            tx,
-        }
-    }
+    /// Called, in the order the changes apply, whenever the rules change.
+    rules_hook: Option<RulesHook>,
 }
 
 impl MetaStore {
+    pub(crate) fn new(rules_hook: Option<RulesHook>) -> MetaStore {
+        let (tx, _) = watch::channel(Arc::new(MetaState::default()));
+        MetaStore { tx, rules_hook }
+    }
+
     pub fn get(&self) -> Arc<MetaState> {
-        lock(&self.state).clone()
+        self.tx.borrow().clone()
     }
 
     pub fn watch(&self) -> watch::Receiver<Arc<MetaState>> {
@@ -439,13 +429,16 @@ impl MetaStore {
     }
 
     fn publish(&self, s: Arc<MetaState>) {
-        *lock(&self.state) = s.clone();
-        self.tx.send_replace(s);
+        let rules_changed = self.tx.borrow().rules != s.rules;
+        self.tx.send_replace(s.clone());
+        if rules_changed && let Some(hook) = &self.rules_hook {
+            hook(&s.rules);
+        }
     }
 
     /// Applies committed commands in order; one reply each.
     pub fn apply(&self, cmds: &[KeyCmd]) -> Vec<Reply> {
-        let mut state = MetaState::clone(&lock(&self.state));
+        let mut state = MetaState::clone(&self.get());
         let before = state.version;
         let replies = cmds
             .iter()
@@ -567,11 +560,10 @@ mod tests {
         s.apply(MetaOp::Activate(4));
         let moving = s.moves_in_progress();
         assert!(moving > 0 && moving < 16, "{moving}");
-        for g in 0..16 {
-            let d = s.desired(g);
+        for (g, d) in s.placement().into_iter().enumerate() {
             assert_eq!(d.len(), 3);
             s.apply(MetaOp::Voters {
-                group: g,
+                group: g as GroupId,
                 voters: d,
             });
         }

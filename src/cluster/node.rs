@@ -10,7 +10,7 @@
 
 use crate::clock::Clock;
 use crate::cluster::log_store::NodeLog;
-use crate::cluster::meta::{MetaState, MetaStore};
+use crate::cluster::meta::{MetaState, MetaStore, RulesHook};
 use crate::cluster::quiet::{self, Quiet, QuietPinger, QuietTimings};
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
@@ -289,22 +289,13 @@ pub struct Cluster {
     runtimes: Vec<tokio::runtime::Handle>,
     /// Set once the cluster removed this node: it serves nothing from then on.
     removed: std::sync::atomic::AtomicBool,
-    /// Replica moves this node runs now (as the leader of the groups concerned): how many,
-    /// and of which groups.
-    pub(crate) moves: std::sync::atomic::AtomicUsize,
+    /// The groups whose replicas this node moves now (as their leader).
     pub(crate) moving: std::sync::Mutex<std::collections::HashSet<GroupId>>,
     /// Per group this node holds no replica of: the leader its pings name (node, term, when
     /// heard in ms since `born`).
     remote_leaders: std::sync::Mutex<Vec<(NodeId, u64, u64)>>,
-    /// The metadata version whose rules are in force here.
-    rules_version: std::sync::Mutex<Option<u64>>,
-    /// Called with the cluster's rules whenever they change.
-    rules_hook: std::sync::OnceLock<RulesHook>,
     joined: bool,
 }
-
-/// What a node does with the cluster's rules.
-pub(crate) type RulesHook = Box<dyn Fn(&BTreeMap<String, String>) + Send + Sync>;
 
 impl Cluster {
     /// Opens (or creates) this node's replicas and joins the cluster. A group's replicas
@@ -314,6 +305,7 @@ impl Cluster {
         shards: &[ShardHandle],
         runtimes: &[tokio::runtime::Handle],
         clock: Arc<dyn Clock>,
+        rules: Option<RulesHook>,
         shutdown: Shutdown,
     ) -> Result<Arc<Cluster>, StartError> {
         settings.spec.validate().map_err(StartError::Spec)?;
@@ -418,17 +410,14 @@ impl Cluster {
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
             quiet,
-            meta: Arc::new(MetaStore::default()),
+            meta: Arc::new(MetaStore::new(rules)),
             node_log,
             raft_config: config,
             data_dir: settings.data_dir.clone(),
             shards: shards.to_vec(),
             runtimes: runtimes.to_vec(),
             removed: std::sync::atomic::AtomicBool::new(false),
-            moves: std::sync::atomic::AtomicUsize::new(0),
             moving: std::sync::Mutex::new(std::collections::HashSet::new()),
-            rules_hook: std::sync::OnceLock::new(),
-            rules_version: std::sync::Mutex::new(None),
             remote_leaders: std::sync::Mutex::new(vec![(0, 0, 0); all]),
             joined: settings.joined,
         });
@@ -531,7 +520,7 @@ impl Cluster {
 
     /// The event loop a group's Raft runs on: the one of the shard that owns its keys (the
     /// metadata group's on the first shard's).
-    fn runtime_of(&self, g: GroupId) -> tokio::runtime::Handle {
+    pub(crate) fn runtime_of(&self, g: GroupId) -> tokio::runtime::Handle {
         if g >= self.spec.groups {
             return self.handle.clone();
         }
@@ -540,10 +529,6 @@ impl Cluster {
             .get(s)
             .cloned()
             .unwrap_or_else(|| self.handle.clone())
-    }
-
-    pub(crate) fn runtime_for(&self, g: GroupId) -> tokio::runtime::Handle {
-        self.runtime_of(g)
     }
 
     /// The event loop where the node's cluster-wide tasks run.
@@ -739,23 +724,6 @@ impl Cluster {
     /// Whether this node was created with the cluster (not joined later).
     pub(crate) fn founder(&self) -> bool {
         !self.joined
-    }
-
-    /// Sets what the node does with the cluster's rules when they change.
-    pub fn on_rules(&self, hook: RulesHook) {
-        let _ = self.rules_hook.set(hook);
-    }
-
-    /// Puts the rules of metadata `m` in force on this node, unless newer ones are already.
-    pub(crate) fn rules_changed(&self, m: &MetaState) {
-        let mut applied = crate::sync::lock(&self.rules_version);
-        if applied.is_some_and(|v| v > m.version) {
-            return;
-        }
-        *applied = Some(m.version);
-        if let Some(h) = self.rules_hook.get() {
-            h(&m.rules);
-        }
     }
 
     pub(crate) fn data_dir(&self) -> &std::path::Path {
@@ -1170,19 +1138,11 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdo
                 continue;
             }
             let Some(raft) = c.raft(g) else { continue };
-            let m = raft.metrics().borrow_watched().clone();
             let mine = counts.get(&c.me).copied().unwrap_or(0);
-            let caught_up = |id: NodeId| {
-                m.replication
-                    .as_ref()
-                    .and_then(|r| r.get(&id).cloned().flatten())
-                    .map(|l| l.index())
-                    .is_some_and(|i| Some(i) >= m.last_log_index)
-            };
             let target = c
                 .voters(g)
                 .into_iter()
-                .filter(|&id| id != c.me && caught_up(id))
+                .filter(|&id| id != c.me && caught_up(&raft, id))
                 .filter_map(|id| counts.get(&id).map(|&n| (n, id)))
                 .min();
             // Looked at again before each move, so that once balancing is turned off no new
@@ -1204,6 +1164,17 @@ async fn balance_leaders(cluster: std::sync::Weak<Cluster>, mut shutdown: Shutdo
     }
 }
 
+/// Whether replica `id` holds everything the leader `raft` has in its log.
+pub(crate) fn caught_up(raft: &GroupRaft, id: NodeId) -> bool {
+    let m = raft.metrics();
+    let m = m.borrow_watched();
+    m.replication
+        .as_ref()
+        .and_then(|r| r.get(&id).cloned().flatten())
+        .map(|l| l.index())
+        .is_some_and(|i| Some(i) >= m.last_log_index)
+}
+
 /// Data directories written before all groups shared one log kept a log per group
 /// (`group-NNNN/log/`). Starting on one would silently begin with empty logs, so refuse.
 fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), StartError> {
@@ -1223,7 +1194,7 @@ fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), StartError> {
 
 /// Listening on the configured host name may not work inside a container, where the name
 /// resolves to an address of another interface; listen on every interface then.
-fn bind_host(host: &str) -> &str {
+pub(crate) fn bind_host(host: &str) -> &str {
     if host.parse::<std::net::IpAddr>().is_ok() {
         host
     } else {

@@ -43,6 +43,15 @@ pub struct ClusterSpec {
 }
 
 impl ClusterSpec {
+    /// Writes `nodes` the way `parse_nodes` reads them: `ID:HOST:PORT:PEER_PORT`, comma-separated.
+    pub fn format_nodes<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> String {
+        nodes
+            .into_iter()
+            .map(|n| format!("{}:{}:{}:{}", n.id, n.host, n.port, n.peer_port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Parses `ID:HOST:PORT:PEER_PORT` entries separated by commas, e.g.
     /// `1:127.0.0.1:7001:17001,2:127.0.0.1:7002:17002`.
     pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {

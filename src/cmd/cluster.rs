@@ -14,7 +14,7 @@ use super::node::{Failure, msg as fail, note_subcommand};
 use super::table::{CommandSpec, Parser, command, subcommand};
 use super::{Finish, NodeCmd, Trailing, msg};
 use crate::cluster::node::Cluster;
-use crate::cluster::spec::{NodeSpec, redis_id};
+use crate::cluster::spec::{ClusterSpec, NodeSpec, redis_id};
 use crate::cluster::typ::{GroupId, NodeId};
 use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
@@ -219,21 +219,8 @@ pub(crate) async fn run(c: &mut Conn, cmd: ClusterCmd, buf: &mut Vec<u8>) -> Res
                 } => {
                     let id = cl.admit(&host, port, peer_port).await.map_err(fail)?;
                     let m = cl.metadata();
-                    let nodes: Vec<String> = m
-                        .current()
-                        .map(|n| {
-                            format!(
-                                "{}:{}:{}:{}",
-                                n.node.id, n.node.host, n.node.port, n.node.peer_port
-                            )
-                        })
-                        .collect();
-                    w.simple(&format!(
-                        "JOINED {id} {} {} {}",
-                        m.groups,
-                        m.replicas,
-                        nodes.join(",")
-                    ));
+                    let nodes = ClusterSpec::format_nodes(m.current().map(|n| &n.node));
+                    w.simple(&format!("JOINED {id} {} {} {nodes}", m.groups, m.replicas));
                 }
             }
         }

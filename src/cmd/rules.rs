@@ -108,7 +108,8 @@ pub(crate) async fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result
                 .await
                 .map_err(|e| fail(cluster.error_reply(0, &e)))?;
             // The reply came from the metadata group's leader: wait (briefly) until this node
-            // applied the change too, so the client reads its own write here.
+            // applied the change too (which puts the rules in force here), so the client reads
+            // its own write here.
             let _ = cluster
                 .await_meta(
                     |m| match &op {
@@ -119,7 +120,6 @@ pub(crate) async fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result
                     std::time::Duration::from_secs(1),
                 )
                 .await;
-            cluster.rules_changed(&cluster.metadata());
             let mut w = ReplyWriter::new(buf, c.resp3());
             match reply {
                 Reply::Int(n) => w.int(n),

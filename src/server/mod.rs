@@ -156,11 +156,20 @@ pub async fn start(
     }
     if let Some(cs) = cluster_settings {
         // The shard threads must already run: replaying the log applies entries through them.
+        // The cluster's rules replace the node's own as the metadata applies them. Weak: the
+        // node holds the cluster.
+        let n = Arc::downgrade(&node);
+        let rules_hook: crate::cluster::meta::RulesHook = Box::new(move |rules| {
+            if let Some(n) = n.upgrade() {
+                n.rules.replace_with(rules);
+            }
+        });
         let cluster = Cluster::start(
             cs,
             &node.shards,
             &runtimes,
             node.clock.clone(),
+            Some(rules_hook),
             shutdown.clone(),
         )
         .await?;
@@ -169,15 +178,6 @@ pub async fn start(
                 .send(ShardMsg::Attach(cluster.clone(), fresh_run(shard.id)))
                 .await
                 .map_err(|_| StartError::ShardStopped)?;
-        }
-        {
-            // Weak: the node holds the cluster.
-            let n = Arc::downgrade(&node);
-            cluster.on_rules(Box::new(move |rules| {
-                if let Some(n) = n.upgrade() {
-                    n.rules.replace_with(rules);
-                }
-            }));
         }
         if node.rules.file().is_some() {
             tokio::spawn(share_file_rules(node.clone(), cluster.clone()));
