@@ -164,6 +164,15 @@ fn parse_bk_cluster(a: &mut Args) -> Result<NodeCmd, ArgError> {
             }
             "JOIN" => {
                 let host = a.next_string()?;
+                // The host goes into every node's member list and cluster.conf, where commas,
+                // spaces and quotes would break it.
+                let fits =
+                    |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':');
+                if host.is_empty() || host.len() > 255 || !host.chars().all(fits) {
+                    return Err(msg(format!(
+                        "ERR invalid host '{host}': a name or address of letters, digits, '.', '-', '_' or ':'"
+                    )));
+                }
                 let mut port = || -> Result<u16, ArgError> {
                     let p = a.next_string()?;
                     p.parse::<u16>()

@@ -292,6 +292,12 @@ async fn bad_membership_requests_are_refused_and_change_nothing() {
                 &["BK.CLUSTER", "JOIN", "127.0.0.1", "0", "1"],
                 "invalid port",
             ),
+            // Hosts that would break the member list every node keeps.
+            (&["BK.CLUSTER", "JOIN", "a,b", "7999", "1"], "invalid host"),
+            (
+                &["BK.CLUSTER", "JOIN", "a b\"", "7999", "1"],
+                "invalid host",
+            ),
         ];
         for (cmd, want) in refusals {
             let r = conn.call(cmd).await.expect("answers");
