@@ -18,7 +18,6 @@
 use crate::cluster::meta::{MemberState, MetaOp, MetaState};
 use crate::cluster::node::{Cluster, ProposeError, caught_up};
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
-use crate::cluster::transport::{CallError, PeerError, Rpc, RpcOk};
 use crate::cluster::typ::{GroupId, NodeId};
 use crate::cmd::keyed::Reply;
 use crate::shutdown::Shutdown;
@@ -407,50 +406,25 @@ impl Cluster {
             .to_cmd()
             .map_err(|e| ProposeError::TryAgain(e.to_string()))?;
         let g = self.meta_group();
-        let mut target = self.meta_leader().await?;
-        for _ in 0..3 {
-            let replies = if target == self.me {
-                self.propose_local(g, vec![cmd.clone()]).await
-            } else {
-                let ttl = Duration::from_secs(5);
-                match self
-                    .network()
-                    .call(target, g, Rpc::Forward(vec![cmd.clone()]), ttl)
-                    .await
-                {
-                    Ok(RpcOk::Forward(replies)) => Ok(replies),
-                    Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
-                    Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
-                    Err(e) => Err(ProposeError::TryAgain(e.to_string())),
-                }
-            };
-            match replies {
-                Ok(mut r) => {
-                    return r
-                        .pop()
-                        .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
-                }
-                Err(ProposeError::Moved(l)) => target = l,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(ProposeError::TryAgain(
-            "the metadata group's leadership is moving; retry".into(),
-        ))
-    }
-
-    async fn meta_leader(&self) -> Result<NodeId, ProposeError> {
-        let g = self.meta_group();
+        // Longer than a client's write waits: an operator's change should ride out the
+        // election that follows the loss of the metadata group's leader.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        loop {
-            if let Some(l) = self.serving_leader(g) {
-                return Ok(l);
+        let leader = loop {
+            if let Some(l) = self.settled_leader(g).await {
+                break l;
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(ProposeError::ClusterDown);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        };
+        let mut replies = self
+            .send_to_leader(g, leader, None, vec![cmd])
+            .await?
+            .unwrap_or_default();
+        replies
+            .pop()
+            .ok_or_else(|| ProposeError::TryAgain("no reply".into()))
     }
 
     /// A node asks to join (`BK.CLUSTER JOIN`): its peer port must answer from here, then it

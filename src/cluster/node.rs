@@ -427,10 +427,9 @@ impl Cluster {
         let meta_raft = cluster.open_replica(meta_group).await?;
         if restarted {
             // The metadata replays from the node's own log and snapshot.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-            while !cluster.meta.get().is_bootstrapped() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            cluster
+                .await_meta(MetaState::is_bootstrapped, Duration::from_secs(2))
+                .await;
         }
         let known = cluster.meta.get();
         let placement = known.placement();
@@ -845,7 +844,7 @@ impl Cluster {
     /// pause and a -MOVED, not an error.
     /// A node that cannot reach a majority of the group's replicas answers at once: no
     /// election it could wait for would make it the leader's neighbour.
-    async fn settled_leader(&self, g: GroupId) -> Option<NodeId> {
+    pub(crate) async fn settled_leader(&self, g: GroupId) -> Option<NodeId> {
         let deadline = tokio::time::Instant::now() + LEADER_SETTLE;
         loop {
             if let Some(l) = self.serving_leader(g) {
@@ -951,15 +950,28 @@ impl Cluster {
             Some(l) => l,
             None => return Err(ProposeError::ClusterDown),
         };
-        // A client of a forwarding node cannot follow -MOVED, so follow one redirect here (the
-        // leadership was moving). A redirect means the batch was refused before it entered the
-        // log, so sending it again cannot apply it twice.
-        let mut target = first;
+        // A client of a forwarding node cannot follow -MOVED, so follow the redirects here
+        // (the leadership was moving).
+        self.send_to_leader(g, first, Some(origin), cmds).await
+    }
+
+    /// Runs `cmds` through group `g` on `target`, its leader as far as this node knows:
+    /// proposed here when that is this node (with an `origin`, the shard that gathered them
+    /// answers its clients as it applies the entry, and this returns None), forwarded
+    /// otherwise (this returns the leader's replies). Follows up to three redirects: a
+    /// redirect means the batch was refused before it entered the log, so sending it again
+    /// cannot apply it twice.
+    pub(crate) async fn send_to_leader(
+        &self,
+        g: GroupId,
+        mut target: NodeId,
+        origin: Option<Origin>,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<Option<Vec<Reply>>, ProposeError> {
         for _ in 0..3 {
             let result = if target == self.me {
-                self.commit(g, Some(origin), cmds.clone())
-                    .await
-                    .map(|_| None)
+                let replies = self.commit(g, origin, cmds.clone()).await;
+                replies.map(|r| origin.is_none().then_some(r))
             } else {
                 let ttl = self.write_timeout + Duration::from_millis(200);
                 match self
