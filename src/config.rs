@@ -101,6 +101,14 @@ pub struct Flags {
     /// --bind address).
     #[arg(long)]
     pub announce_host: Option<String>,
+    /// Serve Prometheus metrics at http://BIND:PORT/metrics (off unless given; 0 picks a
+    /// free port, printed in the log).
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
+    /// Standalone node with --data-dir: seconds between snapshots of the keys, besides the
+    /// one taken at shutdown (0 = only at shutdown; default 60).
+    #[arg(long)]
+    pub save_interval: Option<u64>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -147,6 +155,10 @@ struct FileSettings {
     peer_port: Option<u16>,
     #[serde(alias = "announce_host")]
     announce_host: Option<String>,
+    #[serde(alias = "metrics_port")]
+    metrics_port: Option<u16>,
+    #[serde(alias = "save_interval")]
+    save_interval: Option<u64>,
 }
 
 /// Fully resolved settings.
@@ -169,6 +181,12 @@ pub struct Settings {
     pub maxmemory_clients: usize,
     pub rules_reload_ms: u64,
     pub log: String,
+    /// Where the metrics endpoint listens, if it is on.
+    pub metrics_port: Option<u16>,
+    /// A standalone node's snapshot directory (a cluster keeps its data in `cluster`).
+    pub data_dir: Option<PathBuf>,
+    /// Seconds between a standalone node's snapshots (0: only at shutdown).
+    pub save_interval: u64,
     /// Cluster mode, when a cluster description is given.
     pub cluster: Option<crate::cluster::node::ClusterSettings>,
 }
@@ -197,6 +215,9 @@ impl Default for Settings {
             maxmemory_clients: 1024 * 1024 * 1024,
             rules_reload_ms: 1000,
             log: "info,openraft=error".into(),
+            metrics_port: None,
+            data_dir: None,
+            save_interval: 60,
             cluster: None,
         }
     }
@@ -357,6 +378,7 @@ macro_rules! plain_settings {
             max_args,
             max_inline_len,
             rules_reload_ms,
+            save_interval,
             log
         )
     };
@@ -406,7 +428,12 @@ impl Settings {
             peer_port: flags.peer_port,
             announce_host: flags.announce_host.clone(),
         });
+        let data_dir = cluster.data_dir.clone();
         s.cluster = cluster.build(&s.bind, s.port)?;
+        if s.cluster.is_none() {
+            // A standalone node keeps its snapshot there.
+            s.data_dir = data_dir;
+        }
         if s.shards == 0 || s.shards > 1024 {
             return Err(StartError::ShardCount(s.shards));
         }
@@ -423,6 +450,9 @@ impl Settings {
         }
         if f.requirepass.is_some() {
             self.requirepass = f.requirepass;
+        }
+        if f.metrics_port.is_some() {
+            self.metrics_port = f.metrics_port;
         }
         if let Some(m) = f.maxmemory {
             self.maxmemory = file_size("maxmemory", m)?;
@@ -446,6 +476,9 @@ impl Settings {
         }
         if f.requirepass.is_some() {
             self.requirepass = f.requirepass.clone();
+        }
+        if f.metrics_port.is_some() {
+            self.metrics_port = f.metrics_port;
         }
         if let Some(m) = &f.maxmemory {
             self.maxmemory = parse_size(m)?;

@@ -276,6 +276,9 @@ pub struct Cluster {
     /// Log entries the shards gathered and proposed here, and the commands they carried.
     entries_proposed: AtomicU64,
     commands_proposed: AtomicU64,
+    /// Per group: entries proposed through this node, and leader changes its replica saw.
+    group_proposals: Vec<AtomicU64>,
+    leader_changes: Arc<Vec<AtomicU64>>,
     /// Which groups are quiet, and their leases.
     quiet: Quiet,
     /// The cluster's metadata as applied here.
@@ -295,6 +298,20 @@ pub struct Cluster {
     /// heard in ms since `born`).
     remote_leaders: std::sync::Mutex<Vec<(NodeId, u64, u64)>>,
     joined: bool,
+}
+
+/// One group's replica on this node, for the metrics.
+#[derive(Debug, Clone)]
+pub struct GroupMetrics {
+    pub group: GroupId,
+    /// The metadata group (the others hold keys).
+    pub meta: bool,
+    pub leader: bool,
+    pub term: u64,
+    pub committed: u64,
+    pub applied: u64,
+    pub leader_changes: u64,
+    pub proposals: u64,
 }
 
 impl Cluster {
@@ -409,6 +426,8 @@ impl Cluster {
             handle: handle.clone(),
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
+            group_proposals: (0..all).map(|_| AtomicU64::new(0)).collect(),
+            leader_changes: Arc::new((0..all).map(|_| AtomicU64::new(0)).collect()),
             quiet,
             meta: Arc::new(MetaStore::new(rules)),
             node_log,
@@ -607,7 +626,10 @@ impl Cluster {
                     (m.current_leader.unwrap_or(0), at, voters)
                 };
                 c.quorum_acked[i].store(at, Ordering::Relaxed);
-                c.leaders[i].store(leader, Ordering::Relaxed);
+                let before = c.leaders[i].swap(leader, Ordering::Relaxed);
+                if leader != 0 && leader != before {
+                    c.leader_changes[i].fetch_add(1, Ordering::Relaxed);
+                }
                 if !voters.is_empty() && **c.voters[i].load() != voters {
                     c.quiet.set_replicas(g, voters.clone());
                     c.voters[i].store(Arc::new(voters));
@@ -866,6 +888,31 @@ impl Cluster {
         )
     }
 
+    /// Per group this node holds a replica of, what the metrics show of it.
+    pub fn group_metrics(&self) -> Vec<GroupMetrics> {
+        let mut out = Vec::new();
+        for (i, slot) in self.groups.iter().enumerate() {
+            let Some(raft) = slot.load_full() else {
+                continue;
+            };
+            let m = raft.metrics();
+            let m = m.borrow_watched();
+            let committed = m.local_committed.as_ref().map_or(0, |l| l.index);
+            let applied = m.last_applied.as_ref().map_or(0, |l| l.index);
+            out.push(GroupMetrics {
+                group: i as GroupId,
+                meta: i == self.spec.groups as usize,
+                leader: m.state == openraft::ServerState::Leader,
+                term: m.current_term,
+                committed,
+                applied,
+                leader_changes: self.leader_changes[i].load(Ordering::Relaxed),
+                proposals: self.group_proposals[i].load(Ordering::Relaxed),
+            });
+        }
+        out
+    }
+
     pub fn faults(&self) -> &Arc<Faults> {
         self.net.faults()
     }
@@ -1048,6 +1095,9 @@ impl Cluster {
                 Some(l) => return Err(ProposeError::Moved(l)),
                 None => return Err(ProposeError::ClusterDown),
             }
+        }
+        if let Some(n) = self.group_proposals.get(g as usize) {
+            n.fetch_add(1, Ordering::Relaxed);
         }
         if origin.is_some() {
             self.entries_proposed.fetch_add(1, Ordering::Relaxed);

@@ -1,7 +1,7 @@
 //! redis-cell's CL.THROTTLE: its entry, how its arguments parse (with redis-cell's own checks
 //! and words), and how a shard runs it. The GCRA itself is `limiter::cell`.
 
-use super::keyed::{ExecStats, KeyCmd, Reply};
+use super::keyed::{CheckKind, ExecStats, KeyCmd, Reply};
 use super::limits::{bucket_state, store_state};
 use super::table::{CommandSpec, Parser, command};
 use super::{ParseError, Parsed};
@@ -81,7 +81,7 @@ pub(super) fn throttle(
     }
     match out.reply {
         Ok(reply) => {
-            stats.denied += u64::from(reply[0] == 1);
+            stats.decision(CheckKind::Throttle, reply[0] == 0);
             Reply::Limit(reply)
         }
         Err(e) => Reply::Error(Cow::Owned(e.to_string())),

@@ -257,6 +257,17 @@ pub enum KeyCmd {
 pub(crate) type LimitReply = [i64; 5];
 
 impl KeyCmd {
+    /// True for the limit commands (the checks the metrics time).
+    pub fn is_check(&self) -> bool {
+        matches!(
+            self,
+            KeyCmd::Throttle { .. }
+                | KeyCmd::Check { .. }
+                | KeyCmd::CheckAll { .. }
+                | KeyCmd::Lease { .. }
+        )
+    }
+
     /// The key a one-key command works on (None for the others): what a batch looks up
     /// ahead of running, so the lookups' cache misses overlap.
     pub fn single_key(&self) -> Option<&[u8]> {
@@ -344,11 +355,54 @@ pub(crate) fn limit_reply(d: &Decision) -> LimitReply {
     ]
 }
 
+/// The limit commands, as the metrics count their decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckKind {
+    Throttle = 0,
+    Check = 1,
+    CheckAll = 2,
+    Lease = 3,
+}
+
+impl CheckKind {
+    pub const ALL: [CheckKind; 4] = [
+        CheckKind::Throttle,
+        CheckKind::Check,
+        CheckKind::CheckAll,
+        CheckKind::Lease,
+    ];
+
+    /// The command's name, as a metric label.
+    pub fn command(self) -> &'static str {
+        match self {
+            CheckKind::Throttle => "cl.throttle",
+            CheckKind::Check => "bk.check",
+            CheckKind::CheckAll => "bk.checkall",
+            CheckKind::Lease => "bk.lease",
+        }
+    }
+}
+
 /// Counters a shard reports.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ExecStats {
+    /// Limit commands run (decided or refused with an error).
     pub checks: u64,
     pub denied: u64,
+    /// Decisions by `CheckKind`: `[allowed, denied]`.
+    pub decided: [[u64; 2]; 4],
+}
+
+impl ExecStats {
+    /// Counts one decision of a limit command. BK.CHECKALL's are counted by the connection
+    /// that answers it, from its reply: a check whose keys span shards is decided in parts
+    /// (and re-checked when one part refuses), and is still one decision.
+    pub fn decision(&mut self, kind: CheckKind, allowed: bool) {
+        self.denied += u64::from(!allowed);
+        if kind != CheckKind::CheckAll {
+            self.decided[kind as usize][usize::from(!allowed)] += 1;
+        }
+    }
 }
 
 /// Applies one command to the store at time `now` (ns), in the family file that owns it. By

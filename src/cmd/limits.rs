@@ -2,7 +2,7 @@
 //! their arguments parse (a limit is an inline spec or a rule's name), and how a shard runs
 //! them. The algorithms themselves are `limiter`.
 
-use super::keyed::{ExecStats, KeyCmd, LimitReply, OOM, Reply, WRONGTYPE, limit_reply};
+use super::keyed::{CheckKind, ExecStats, KeyCmd, LimitReply, OOM, Reply, WRONGTYPE, limit_reply};
 use super::table::{CommandSpec, Parser, command};
 use super::{MultiCmd, ParseError, Parsed, keyspace, truncate};
 use crate::limiter::{self, Decision, Rule, State, parse_spec};
@@ -153,7 +153,7 @@ pub(super) fn check(
     stats.checks += 1;
     match check_one(store, key, rule, cost, peek, now) {
         Ok(d) => {
-            stats.denied += u64::from(!d.allowed);
+            stats.decision(CheckKind::Check, d.allowed);
             Reply::Limit(limit_reply(&d))
         }
         Err(e) => e,
@@ -173,7 +173,7 @@ pub(super) fn check_all(
     stats.checks += 1;
     let r = check_all_once(store, keys, rules, cost, peek, now);
     if let Reply::LimitAll(summary, _) = &r {
-        stats.denied += u64::from(summary[0] == 0);
+        stats.decision(CheckKind::CheckAll, summary[0] != 0);
     }
     r
 }
@@ -301,6 +301,7 @@ pub(super) fn lease(
     let available = limiter::check(rule, state, 0, now).decision.remaining;
     let take = available.min(max);
     if take == 0 {
+        stats.decision(CheckKind::Lease, false);
         let d = limiter::check(rule, state, 1, now).decision;
         let mut r = limit_reply(&d);
         r[0] = 0;
@@ -312,6 +313,7 @@ pub(super) fn lease(
     {
         return e;
     }
+    stats.decision(CheckKind::Lease, true);
     let mut r = limit_reply(&out.decision);
     r[0] = i64::try_from(take).unwrap_or(i64::MAX);
     Reply::Limit(r)

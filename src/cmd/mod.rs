@@ -89,6 +89,11 @@ pub enum MultiCmd {
 }
 
 impl MultiCmd {
+    /// True for the limit commands among them.
+    pub fn is_check(&self) -> bool {
+        matches!(self, MultiCmd::CheckAll { .. })
+    }
+
     /// The command a single shard runs when it owns every key.
     pub fn into_key_cmd(self) -> KeyCmd {
         match self {

@@ -20,14 +20,14 @@
 use super::{ClientInfo, Node};
 use crate::cmd::connection::ConnectionCmd;
 use crate::cmd::keyed::encode;
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::keyed::{CheckKind, KeyCmd, Reply};
 use crate::cmd::transactions::TxnCmd;
 use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -90,6 +90,10 @@ struct Round {
     local: Vec<u8>,
     /// Commands in this round that return a stored value.
     value_cmds: usize,
+    /// Checks in this round (what the check latency histogram counts).
+    checks: u64,
+    /// Checks that named a rule: the index in `order` of their reply, and the rule's name.
+    named: Vec<(usize, Bytes)>,
 }
 
 /// A transaction being queued (between MULTI and EXEC).
@@ -153,6 +157,8 @@ impl Conn {
                 order: Vec::new(),
                 local: Vec::new(),
                 value_cmds: 0,
+                checks: 0,
+                named: Vec::new(),
             },
             stream,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
@@ -201,6 +207,8 @@ impl Conn {
                 }
             }
             let more_buffered = reqs.len() == max_batch;
+            // A round is timed from its requests being read to its replies being written.
+            let started = (!reqs.is_empty()).then(std::time::Instant::now);
             if !reqs.is_empty() {
                 self.info
                     .last_active_ms
@@ -232,6 +240,17 @@ impl Conn {
                 self.quit = true;
             }
             self.write_out().await?;
+            if let Some(started) = started
+                && self.round.checks > 0
+            {
+                let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.node.shards[self.my_shard]
+                    .stats
+                    .metrics
+                    .check_latency
+                    .observe(ns, self.round.checks);
+                self.round.checks = 0;
+            }
             if self.quit {
                 let _ = self.stream.shutdown().await;
                 return Ok(());
@@ -352,6 +371,7 @@ impl Conn {
                 continue;
             }
             let wire_len = req.wire_len();
+            let named = named_rules(&req);
             let parsed = cmd::parse(req, &rules);
             if is_exec && let Err(e) = &parsed {
                 self.refuse(true, &e.message());
@@ -363,20 +383,37 @@ impl Conn {
             }
             match parsed {
                 Err(e) => self.local_error(&e.message()),
-                Ok(Parsed::Keyed { route, cmd }) => self.push_keyed(&route, cmd).await?,
+                Ok(Parsed::Keyed { route, cmd }) => {
+                    self.tag_named(named);
+                    self.push_keyed(&route, cmd).await?
+                }
                 Ok(Parsed::Multi(m)) => {
                     let slot = key_slot(&m.keys()[0]);
                     let first = self.node.slot_owner(slot);
                     if m.keys().iter().all(|k| key_slot(k) == slot) {
+                        self.tag_named(named);
                         self.push_slot(slot, m.into_key_cmd()).await?;
                     } else if self.node.cluster().is_some() {
                         // As in Redis Cluster: the keys of one command share a slot.
                         self.local_error(CROSSSLOT);
                     } else if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
+                        self.tag_named(named);
                         self.push_slot(slot, m.into_key_cmd()).await?;
                     } else {
                         self.flush().await?;
+                        self.round.checks += u64::from(m.is_check());
                         let reply = self.cross_shard(m).await?;
+                        if let Reply::LimitAll(summary, _) = &reply {
+                            let allowed = u64::from(summary[0] != 0);
+                            self.node.shards[self.my_shard].stats.metrics.count_kind(
+                                CheckKind::CheckAll,
+                                allowed,
+                                1 - allowed,
+                            );
+                        }
+                        if let Some(names) = named {
+                            self.count_named(names.iter().map(|n| (n, &reply)));
+                        }
                         encode(&mut ReplyWriter::new(&mut self.out, self.resp3), &reply);
                     }
                 }
@@ -432,6 +469,7 @@ impl Conn {
     /// Queues a command whose keys are all in `slot`, for the shard that owns it.
     async fn push_slot(&mut self, slot: u16, cmd: KeyCmd) -> Result<(), Stop> {
         let s = self.node.slot_owner(slot);
+        self.round.checks += u64::from(cmd.is_check());
         let returns_value = returns_stored_value(&cmd);
         self.round.queued[s].push(cmd);
         self.round.slots[s].push(slot);
@@ -490,6 +528,11 @@ impl Conn {
             (0..n).map(|_| Vec::new().into_iter()).collect();
         let order = std::mem::take(&mut self.round.order);
         let mut next = 0;
+        // Checks by rule name: how many of `round.named` are settled, and their decisions.
+        let mut named_done = 0;
+        let mut decided: Vec<(Bytes, Option<bool>)> = Vec::new();
+        // BK.CHECKALL decisions (the only command that answers `LimitAll`): [allowed, denied].
+        let mut all_checks = [0u64; 2];
         loop {
             // Send the other shards their batches first, so they work while this one does.
             let mut waits: Vec<(usize, oneshot::Receiver<Answer>)> = Vec::new();
@@ -520,11 +563,21 @@ impl Conn {
                 self.take_answer(s, a, &mut replies);
             }
             let mut w = ReplyWriter::new(&mut self.out, self.resp3);
+            let named = &self.round.named;
             while next < order.len() {
                 match order[next] {
                     ReplySource::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
                     ReplySource::Shard(s) => match replies[s].next() {
-                        Some(r) => encode(&mut w, &r),
+                        Some(r) => {
+                            if let Reply::LimitAll(summary, _) = &r {
+                                all_checks[usize::from(summary[0] == 0)] += 1;
+                            }
+                            while named_done < named.len() && named[named_done].0 == next {
+                                decided.push((named[named_done].1.clone(), decision(&r)));
+                                named_done += 1;
+                            }
+                            encode(&mut w, &r)
+                        }
                         // The shard stopped at its budget: ask it for the rest.
                         None if !self.round.queued[s].is_empty() => break,
                         None => w.error("ERR internal error: missing reply"),
@@ -540,7 +593,45 @@ impl Conn {
         self.round.order = order;
         self.round.order.clear();
         self.round.local.clear();
+        self.round.named.clear();
+        if all_checks != [0, 0] {
+            self.node.shards[self.my_shard].stats.metrics.count_kind(
+                CheckKind::CheckAll,
+                all_checks[0],
+                all_checks[1],
+            );
+        }
+        if !decided.is_empty() {
+            self.node.shards[self.my_shard].stats.metrics.count_rules(
+                decided
+                    .iter()
+                    .filter_map(|(n, d)| Some((n.as_ref(), (*d)?))),
+            );
+        }
         Ok(())
+    }
+
+    /// Notes the rules a check names, for its reply: the next one queued.
+    fn tag_named(&mut self, names: Option<Vec<Bytes>>) {
+        if let Some(names) = names {
+            let at = self.round.order.len();
+            self.round
+                .named
+                .extend(names.into_iter().map(|name| (at, name)));
+        }
+    }
+
+    /// Counts the decisions of checks that named a rule and were answered outside a round.
+    fn count_named<'a>(&self, checks: impl Iterator<Item = (&'a Bytes, &'a Reply)>) {
+        let decided: Vec<(&[u8], bool)> = checks
+            .filter_map(|(n, r)| Some((n.as_ref(), decision(r)?)))
+            .collect();
+        if !decided.is_empty() {
+            self.node.shards[self.my_shard]
+                .stats
+                .metrics
+                .count_rules(decided.into_iter());
+        }
     }
 
     /// Files a shard's answer: its replies, and what it left unrun for the next pass (with
@@ -782,6 +873,47 @@ const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 const WATCH_UNSUPPORTED: &str = "ERR WATCH is not supported: a MULTI/EXEC on one slot already runs atomically on the shard that owns it";
 
 /// Whether a transaction's next key command may use `slot` (the first one fixes it).
+/// The rule names a limit command gives instead of inline specs (an inline spec has a '/'),
+/// for the metrics by rule. None for every other command, cheaply: most requests are not
+/// limit commands that name a rule.
+fn named_rules(req: &Request) -> Option<Vec<Bytes>> {
+    let name = req.name();
+    if name.len() < 8 || !name[..3].eq_ignore_ascii_case(b"bk.") {
+        return None;
+    }
+    let is_name = |i: usize| req.get(i).is_some_and(|s| !s.contains(&b'/'));
+    let rest = &name[3..];
+    let names: Vec<Bytes> =
+        if rest.eq_ignore_ascii_case(b"check") || rest.eq_ignore_ascii_case(b"lease") {
+            if !is_name(2) {
+                return None;
+            }
+            req.bytes(2).into_iter().collect()
+        } else if rest.eq_ignore_ascii_case(b"checkall") {
+            let n: usize = std::str::from_utf8(req.get(1)?).ok()?.parse().ok()?;
+            if n > req.len() {
+                return None;
+            }
+            (n + 2..2 * n + 2)
+                .filter(|&i| is_name(i))
+                .filter_map(|i| req.bytes(i))
+                .collect()
+        } else {
+            return None;
+        };
+    (!names.is_empty()).then_some(names)
+}
+
+/// Whether a limit command's reply admitted the request; None for an error.
+fn decision(r: &Reply) -> Option<bool> {
+    match r {
+        // BK.CHECK answers 1 when allowed; BK.LEASE, the units it took.
+        Reply::Limit(l) => Some(l[0] > 0),
+        Reply::LimitAll(summary, _) => Some(summary[0] > 0),
+        _ => None,
+    }
+}
+
 fn same_slot(txn: &mut Txn, slot: u16) -> bool {
     *txn.slot.get_or_insert(slot) == slot
 }

@@ -13,6 +13,7 @@ mod accept;
 pub(crate) mod conn;
 pub(crate) mod info;
 pub(crate) mod live;
+mod metrics;
 pub(crate) mod node;
 mod scatter;
 
@@ -40,6 +41,8 @@ use tokio::task::JoinHandle;
 pub struct NodeHandle {
     /// The address the node's client listener is bound to.
     pub addr: SocketAddr,
+    /// Where the metrics endpoint listens, when it is on.
+    pub metrics_addr: Option<SocketAddr>,
     /// The node's shared state: not an API, for the crate's own tests.
     #[doc(hidden)]
     pub node: Arc<Node>,
@@ -194,12 +197,28 @@ pub async fn start(
         node.clone(),
         shutdown.clone(),
     )));
+    let mut metrics_addr = None;
+    if let Some(port) = node.settings.metrics_port {
+        let at = format!("{}:{port}", node.settings.bind);
+        let listener = TcpListener::bind(&at)
+            .await
+            .map_err(|error| StartError::Listen { addr: at, error })?;
+        let maddr = listener.local_addr().map_err(StartError::Socket)?;
+        tracing::info!(%maddr, "metrics at http://{maddr}/metrics");
+        metrics_addr = Some(maddr);
+        tasks.push(tokio::spawn(metrics::serve(
+            node.clone(),
+            listener,
+            shutdown.clone(),
+        )));
+    }
     if node.rules.file().is_some() && node.settings.rules_reload_ms > 0 {
         tasks.push(tokio::spawn(watch_rules(node.clone(), shutdown)));
     }
     tracing::info!(%addr, shards = n, "bucketd listening on {addr}");
     Ok(NodeHandle {
         addr,
+        metrics_addr,
         node,
         shutdown: trigger,
         tasks,

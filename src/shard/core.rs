@@ -57,6 +57,8 @@ pub struct ShardStats {
     /// Error replies sent to the connections on this shard, by code; the shard thread
     /// counts into it (`protocol::reply::count_errors_in`).
     pub errors: Arc<ErrorCounts>,
+    /// What the metrics endpoint shows beyond these.
+    pub(crate) metrics: super::metrics::ShardMetrics,
 }
 
 /// What one shard thread owns: its keys and its view of time.
@@ -124,10 +126,11 @@ impl ShardCore {
     /// Applies commands at one instant, calling `each` with every reply in order.
     pub fn apply(&mut self, cmds: impl IntoIterator<Item = KeyCmd>, mut each: impl FnMut(Reply)) {
         let now = self.now();
-        self.apply_at_time(now, &mut cmds.into_iter(), |r| {
+        let st = self.apply_at_time(now, &mut cmds.into_iter(), |r| {
             each(r);
             true
         });
+        self.stats.metrics.count(&st);
     }
 
     /// Starts the lookups of a batch's keys, so their cache misses overlap (see
@@ -143,13 +146,15 @@ impl ShardCore {
     }
 
     /// Applies commands at `now` and counts them, until `each` answers false; every way into
-    /// the keyspace goes through here, so the figures INFO shows cover them all.
+    /// the keyspace goes through here, so the figures INFO shows cover them all. The
+    /// decisions are handed back: the caller counts them for the metrics when it answers a
+    /// client with them.
     fn apply_at_time<C: std::borrow::Borrow<KeyCmd>>(
         &mut self,
         now: u64,
         cmds: &mut impl Iterator<Item = C>,
         mut each: impl FnMut(Reply) -> bool,
-    ) {
+    ) -> ExecStats {
         let mut st = ExecStats::default();
         let mut n = 0u64;
         for c in cmds {
@@ -164,6 +169,7 @@ impl ShardCore {
             s.checks.fetch_add(st.checks, Ordering::Relaxed);
             s.denied.fetch_add(st.denied, Ordering::Relaxed);
         }
+        st
     }
 
     /// Applies committed Raft entries, each at its own time. The entries this shard
@@ -176,12 +182,19 @@ impl ShardCore {
         for b in batches {
             self.prefetch(&b.cmds);
             let mut out = Vec::with_capacity(b.cmds.len());
-            self.apply_at_time(b.now, &mut b.cmds.iter(), |r| {
+            let st = self.apply_at_time(b.now, &mut b.cmds.iter(), |r| {
                 out.push(r);
                 true
             });
             let back = match self.proposer.as_mut() {
-                Some(p) => p.applied(b.origin, out).unwrap_or_default(),
+                Some(p) => {
+                    let back = p.applied(b.origin, out);
+                    if back.is_none() {
+                        // This shard proposed the entry: its decisions were answered here.
+                        self.stats.metrics.count(&st);
+                    }
+                    back.unwrap_or_default()
+                }
                 None => out,
             };
             all.push(back);
@@ -258,11 +271,12 @@ impl ShardCore {
         let mut replies = Vec::with_capacity(cmds.len());
         let mut used = 0usize;
         let mut it = cmds.into_iter();
-        self.apply_at_time(now, &mut it, |r| {
+        let st = self.apply_at_time(now, &mut it, |r| {
             used = used.saturating_add(reply_bytes(&r));
             replies.push(r);
             used < budget
         });
+        self.stats.metrics.count(&st);
         Answer {
             replies,
             rest: it.collect(),

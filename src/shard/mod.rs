@@ -13,6 +13,7 @@
 
 mod core;
 mod event_loop;
+pub(crate) mod metrics;
 mod msg;
 
 pub(crate) use self::core::release_free_memory;

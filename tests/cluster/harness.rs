@@ -272,6 +272,7 @@ impl TestCluster {
             shards: 2,
             rules: self.rules.get(&id).cloned(),
             rules_reload_ms: 100,
+            metrics_port: Some(0),
             cluster: Some(self.cluster_settings(id)),
             ..Settings::default()
         };

@@ -8,6 +8,7 @@ mod harness;
 mod clients;
 mod failover;
 mod membership;
+mod metrics;
 mod network;
 mod partition;
 mod pipeline;

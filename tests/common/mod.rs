@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod real_redis;
+pub mod scrape;
 
 use bucketd::clock::ManualClock;
 use bucketd::config::Settings;

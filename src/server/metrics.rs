@@ -1,0 +1,363 @@
+//! The Prometheus endpoint (`--metrics-port`): `GET /metrics` in the text exposition format.
+//!
+//! Nothing is counted for it on the request path that INFO does not count already, except
+//! the decisions by command and by rule and one clock read per round (see `shard::metrics`).
+//! A scrape reads the shards' counters and the Raft groups' state as they are at that moment
+//! and builds the families then.
+//!
+//! Names follow what dashboards already use: redis_exporter's `redis_*` for what INFO has,
+//! envoy ratelimit's `ratelimit_service_rate_limit_*` for decisions by rule, and `bucketd_*`
+//! for the rest.
+
+use super::Node;
+use super::info::rss_bytes;
+use crate::cmd::keyed::CheckKind;
+use crate::shard::metrics::{LATENCY_BOUNDS_US, LatencySnapshot};
+use crate::shutdown::Shutdown;
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::net::TcpListener;
+
+/// Serves `/metrics` until shutdown.
+pub(super) async fn serve(node: Arc<Node>, listener: TcpListener, mut shutdown: Shutdown) {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let node = node.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    render(&node),
+                )
+            }
+        }),
+    );
+    let res = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.recv().await })
+        .await;
+    if let Err(e) = res {
+        tracing::warn!("metrics endpoint stopped: {e}");
+    }
+}
+
+/// A metric family under construction.
+struct Family(MetricFamily);
+
+impl Family {
+    fn new(name: &str, help: &str, kind: MetricType) -> Family {
+        let mut f = MetricFamily::default();
+        f.set_name(name.to_string());
+        f.set_help(help.to_string());
+        f.set_field_type(kind);
+        Family(f)
+    }
+
+    fn metric(&mut self, labels: &[(&str, &str)], set: impl FnOnce(&mut Metric)) -> &mut Self {
+        let mut m = Metric::default();
+        m.set_label(
+            labels
+                .iter()
+                .map(|(k, v)| {
+                    let mut l = LabelPair::default();
+                    l.set_name(k.to_string());
+                    l.set_value(v.to_string());
+                    l
+                })
+                .collect(),
+        );
+        set(&mut m);
+        self.0.mut_metric().push(m);
+        self
+    }
+
+    fn gauge(&mut self, labels: &[(&str, &str)], v: f64) -> &mut Self {
+        self.metric(labels, |m| {
+            let mut g = Gauge::default();
+            g.set_value(v);
+            m.set_gauge(g);
+        })
+    }
+
+    fn counter(&mut self, labels: &[(&str, &str)], v: f64) -> &mut Self {
+        self.metric(labels, |m| {
+            let mut c = Counter::default();
+            c.set_value(v);
+            m.set_counter(c);
+        })
+    }
+}
+
+fn gauge(name: &str, help: &str) -> Family {
+    Family::new(name, help, MetricType::GAUGE)
+}
+
+fn counter(name: &str, help: &str) -> Family {
+    Family::new(name, help, MetricType::COUNTER)
+}
+
+fn histogram(name: &str, help: &str, h: &LatencySnapshot) -> Family {
+    let mut f = Family::new(name, help, MetricType::HISTOGRAM);
+    f.metric(&[], |m| {
+        let mut hist = Histogram::default();
+        hist.set_sample_count(h.count);
+        hist.set_sample_sum(h.sum_ns as f64 / 1e9);
+        let mut cumulative = 0;
+        let buckets = LATENCY_BOUNDS_US
+            .iter()
+            .zip(&h.buckets)
+            .map(|(&le_us, &n)| {
+                cumulative += n;
+                let mut b = Bucket::default();
+                b.set_upper_bound(le_us as f64 / 1e6);
+                b.set_cumulative_count(cumulative);
+                b
+            })
+            .collect();
+        hist.set_bucket(buckets);
+        m.set_histogram(hist);
+    });
+    f
+}
+
+/// Builds every family from the node as it is now, in the text format.
+pub(crate) fn render(node: &Node) -> String {
+    let mut out: Vec<Family> = Vec::new();
+    let shards = &node.shards;
+    let sum = |f: &dyn Fn(&crate::shard::ShardStats) -> u64| -> u64 {
+        shards.iter().map(|s| f(&s.stats)).sum()
+    };
+    let st = &node.stats;
+
+    let mut info = gauge("bucketd_info", "The node's version and mode; always 1.");
+    let mode = if node.cluster().is_some() {
+        "cluster"
+    } else {
+        "standalone"
+    };
+    info.gauge(&[("version", super::node::VERSION), ("mode", mode)], 1.0);
+    out.push(info);
+    let mut up = gauge("redis_up", "1 while the node answers.");
+    up.gauge(&[], 1.0);
+    out.push(up);
+    let mut uptime = gauge("redis_uptime_in_seconds", "Seconds since the node started.");
+    uptime.gauge(&[], node.started.elapsed().as_secs() as f64);
+    out.push(uptime);
+
+    let mut clients = gauge("redis_connected_clients", "Client connections open now.");
+    clients.gauge(&[], node.connected_clients() as f64);
+    out.push(clients);
+    let mut maxc = gauge("redis_max_clients", "The most client connections allowed.");
+    maxc.gauge(&[], node.live.maxclients() as f64);
+    out.push(maxc);
+    let mut conns = counter(
+        "redis_connections_received_total",
+        "Client connections accepted.",
+    );
+    conns.counter(&[], st.connections_received.load(Ordering::Relaxed) as f64);
+    out.push(conns);
+    let mut rejected = counter(
+        "redis_rejected_connections_total",
+        "Client connections refused at maxclients.",
+    );
+    rejected.counter(&[], st.rejected_connections.load(Ordering::Relaxed) as f64);
+    out.push(rejected);
+    let mut commands = counter(
+        "redis_commands_processed_total",
+        "Requests handled, of any command.",
+    );
+    commands.counter(&[], sum(&|s| s.requests.load(Ordering::Relaxed)) as f64);
+    out.push(commands);
+
+    let keys = sum(&|s| s.keys.load(Ordering::Relaxed));
+    let mut db = gauge("redis_db_keys", "Keys held.");
+    db.gauge(&[("db", "db0")], keys as f64);
+    out.push(db);
+    let mut expired = counter("redis_expired_keys_total", "Keys removed as they expired.");
+    expired.counter(&[], sum(&|s| s.expired.load(Ordering::Relaxed)) as f64);
+    out.push(expired);
+    let mut used = gauge(
+        "redis_memory_used_bytes",
+        "Bytes the keys take, by the node's own count.",
+    );
+    used.gauge(&[], sum(&|s| s.bytes.load(Ordering::Relaxed)) as f64);
+    out.push(used);
+    let mut rss = gauge(
+        "redis_memory_used_rss_bytes",
+        "Resident set size of the process.",
+    );
+    rss.gauge(&[], rss_bytes() as f64);
+    out.push(rss);
+    let mut maxmem = gauge(
+        "redis_memory_max_bytes",
+        "The memory cap for keys (0: none).",
+    );
+    maxmem.gauge(&[], node.live.caps.max_bytes() as f64);
+    out.push(maxmem);
+
+    let mut shard_keys = gauge("bucketd_shard_keys", "Keys held, by shard.");
+    let mut shard_bytes = gauge(
+        "bucketd_shard_memory_bytes",
+        "Bytes the keys take, by shard.",
+    );
+    for s in shards.iter() {
+        let id = s.id.to_string();
+        shard_keys.gauge(
+            &[("shard", &id)],
+            s.stats.keys.load(Ordering::Relaxed) as f64,
+        );
+        shard_bytes.gauge(
+            &[("shard", &id)],
+            s.stats.bytes.load(Ordering::Relaxed) as f64,
+        );
+    }
+    out.push(shard_keys);
+    out.push(shard_bytes);
+
+    // Error replies by code (ERR, WRONGTYPE, OOM, MOVED, TRYAGAIN, CLUSTERDOWN...).
+    let mut errors: Vec<(&str, u64)> = Vec::new();
+    for s in shards.iter() {
+        for (i, (code, n)) in s.stats.errors.snapshot().enumerate() {
+            match errors.get_mut(i) {
+                Some(e) => e.1 += n,
+                None => errors.push((code, n)),
+            }
+        }
+    }
+    let mut errs = counter("redis_errors_total", "Error replies sent, by error code.");
+    for (code, n) in errors.iter().filter(|e| e.1 > 0) {
+        errs.counter(&[("err", code)], *n as f64);
+    }
+    out.push(errs);
+    let mut proto = counter(
+        "bucketd_protocol_errors_total",
+        "Connections closed for a malformed request.",
+    );
+    proto.counter(&[], st.protocol_errors.load(Ordering::Relaxed) as f64);
+    out.push(proto);
+
+    // Decisions, by command and by rule.
+    let mut checks = counter(
+        "bucketd_checks_total",
+        "Limit decisions this node answered, by command and result.",
+    );
+    for kind in CheckKind::ALL {
+        for (i, result) in ["allowed", "denied"].iter().enumerate() {
+            let n: u64 = shards
+                .iter()
+                .map(|s| s.stats.metrics.decided[kind as usize][i].load(Ordering::Relaxed))
+                .sum();
+            checks.counter(&[("command", kind.command()), ("result", result)], n as f64);
+        }
+    }
+    out.push(checks);
+    let rules = node.rules.load();
+    let mut by_rule: std::collections::BTreeMap<String, [u64; 2]> = Default::default();
+    for s in shards.iter() {
+        for (name, c) in s.stats.metrics.rules(|n| rules.get(n).is_some()) {
+            let e = by_rule.entry(name).or_default();
+            e[0] += c[0];
+            e[1] += c[1];
+        }
+    }
+    let mut hits = counter(
+        "ratelimit_service_rate_limit_total_hits_total",
+        "Checks that named a rule, by rule.",
+    );
+    let mut over = counter(
+        "ratelimit_service_rate_limit_over_limit_total",
+        "Checks that named a rule and were refused, by rule.",
+    );
+    let mut within = counter(
+        "ratelimit_service_rate_limit_within_limit_total",
+        "Checks that named a rule and were allowed, by rule.",
+    );
+    for (name, [allowed, denied]) in &by_rule {
+        hits.counter(&[("rule", name)], (allowed + denied) as f64);
+        over.counter(&[("rule", name)], *denied as f64);
+        within.counter(&[("rule", name)], *allowed as f64);
+    }
+    out.push(hits);
+    out.push(over);
+    out.push(within);
+    let mut lat = LatencySnapshot::default();
+    for s in shards.iter() {
+        s.stats.metrics.check_latency.add_to(&mut lat);
+    }
+    out.push(histogram(
+        "bucketd_check_duration_seconds",
+        "Time from a check being read to its reply being written (a replicated check includes its replication).",
+        &lat,
+    ));
+
+    if let Some(c) = node.cluster() {
+        let groups = c.group_metrics();
+        let mut leader = gauge("bucketd_raft_leader", "1 if this node leads the group.");
+        let mut term = gauge("bucketd_raft_term", "The group's current term here.");
+        let mut commit = gauge(
+            "bucketd_raft_commit_index",
+            "The group's last committed log index known here.",
+        );
+        let mut applied = gauge(
+            "bucketd_raft_applied_index",
+            "The group's last log index applied here.",
+        );
+        let mut lag = gauge(
+            "bucketd_raft_apply_lag",
+            "Committed entries of the group not yet applied here.",
+        );
+        let mut changes = counter(
+            "bucketd_raft_leader_changes_total",
+            "Changes of the group's leader seen here.",
+        );
+        let mut proposals = counter(
+            "bucketd_raft_proposals_total",
+            "Log entries proposed for the group through this node.",
+        );
+        for g in &groups {
+            let name = if g.meta {
+                "meta".to_string()
+            } else {
+                g.group.to_string()
+            };
+            let l = [("group", name.as_str())];
+            leader.gauge(&l, f64::from(u8::from(g.leader)));
+            term.gauge(&l, g.term as f64);
+            commit.gauge(&l, g.committed as f64);
+            applied.gauge(&l, g.applied as f64);
+            lag.gauge(&l, g.committed.saturating_sub(g.applied) as f64);
+            changes.counter(&l, g.leader_changes as f64);
+            proposals.counter(&l, g.proposals as f64);
+        }
+        out.extend([leader, term, commit, applied, lag, changes, proposals]);
+        let meta = c.metadata();
+        let mut moves = gauge(
+            "bucketd_cluster_moves_in_progress",
+            "Groups whose replicas are being moved to their planned nodes.",
+        );
+        moves.gauge(&[], meta.moves_in_progress() as f64);
+        out.push(moves);
+        let mut replicas = gauge(
+            "bucketd_cluster_replicas",
+            "Group replicas this node holds (the metadata group's included).",
+        );
+        replicas.gauge(&[], groups.len() as f64);
+        out.push(replicas);
+    }
+
+    let families: Vec<MetricFamily> = out
+        .into_iter()
+        .map(|f| f.0)
+        .filter(|f| !f.get_metric().is_empty())
+        .collect();
+    let mut text = String::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut text) {
+        tracing::warn!("metrics encoding failed: {e}");
+    }
+    text
+}
