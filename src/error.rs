@@ -69,6 +69,9 @@ pub enum StartError {
     ClusterTask(tokio::task::JoinError),
     /// The node could not join the cluster it was pointed at.
     Join(String),
+    /// A standalone node's snapshot of its keys could not be read: the node does not start
+    /// empty instead.
+    Dump { path: PathBuf, reason: String },
 }
 
 impl fmt::Display for StartError {
@@ -116,6 +119,11 @@ impl fmt::Display for StartError {
             StartError::Raft { group, error } => write!(f, "group {group}: {error}"),
             StartError::GroupTask { group, error } => write!(f, "group {group}: {error}"),
             StartError::ClusterTask(e) => write!(f, "cluster setup failed: {e}"),
+            StartError::Dump { path, reason } => write!(
+                f,
+                "cannot load the snapshot {}: {reason}; move it away to start with no keys",
+                path.display()
+            ),
         }
     }
 }

@@ -355,3 +355,164 @@ fn help_and_version() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("bucketd-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// The snapshot's modification time, if it exists.
+fn dump_mtime(dir: &std::path::Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(dir.join("dump.bkd"))
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+/// A standalone node with --data-dir: a clean restart keeps every bucket and counter, and so
+/// does a kill -9 once a periodic snapshot has been written since the writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
+    bounded(async {
+        let dir = temp_dir("persist");
+        let d = dir.to_str().expect("utf-8 path");
+        let args = [
+            "--port",
+            "0",
+            "--shards",
+            "2",
+            "--data-dir",
+            d,
+            "--save-interval",
+            "0",
+        ];
+
+        let mut p = Proc::spawn(&args);
+        let addr = p.wait_listening();
+        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        // A bucket of 3 per hour, all taken: a restart must not hand out a fresh burst.
+        for _ in 0..3 {
+            assert_eq!(
+                limit(&mut c, &["CL.THROTTLE", "cell", "2", "3", "3600"]).await[0],
+                0
+            );
+        }
+        limit(&mut c, &["BK.CHECK", "win", "fixed:10/1h", "COST", "4"]).await;
+        let before = limit(&mut c, &["BK.CHECK", "win", "fixed:10/1h", "PEEK"]).await;
+        assert_eq!(before[2], 5);
+        let _: () = q(&mut c, &["SET", "plain", "v"]).await;
+        let _: i64 = q(&mut c, &["INCRBY", "counter", "41"]).await;
+        let keys: i64 = q(&mut c, &["DBSIZE"]).await;
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+        assert!(dir.join("dump.bkd").exists(), "a snapshot at shutdown");
+
+        let mut p = Proc::spawn(&args);
+        let addr = p.wait_listening();
+        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        assert_eq!(q::<i64>(&mut c, &["DBSIZE"]).await, keys);
+        assert_eq!(
+            limit(&mut c, &["CL.THROTTLE", "cell", "2", "3", "3600"]).await[0],
+            1
+        );
+        let after = limit(&mut c, &["BK.CHECK", "win", "fixed:10/1h", "PEEK"]).await;
+        assert_eq!(after[2], before[2], "the window's count survived");
+        assert_eq!(q::<String>(&mut c, &["GET", "plain"]).await, "v");
+        assert_eq!(q::<i64>(&mut c, &["INCR", "counter"]).await, 42);
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+
+        // Periodic snapshots: after kill -9, what the last one held is back.
+        let args = [
+            "--port",
+            "0",
+            "--shards",
+            "2",
+            "--data-dir",
+            d,
+            "--save-interval",
+            "1",
+        ];
+        let mut p = Proc::spawn(&args);
+        let addr = p.wait_listening();
+        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let _: i64 = q(&mut c, &["INCRBY", "counter", "100"]).await;
+        // Two snapshots written after the write: the second was begun after it.
+        let mut seen = dump_mtime(&dir);
+        for _ in 0..2 {
+            seen = Some(
+                wait_for("a periodic snapshot", Duration::from_secs(10), || async {
+                    let now = dump_mtime(&dir);
+                    (now != seen).then_some(now).flatten()
+                })
+                .await,
+            );
+        }
+        p.child.kill().expect("kill -9");
+        let _ = p.child.wait();
+        let mut p = Proc::spawn(&args);
+        let addr = p.wait_listening();
+        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        assert_eq!(q::<i64>(&mut c, &["GET", "counter"]).await, 142);
+        assert_eq!(
+            limit(&mut c, &["CL.THROTTLE", "cell", "2", "3", "3600"]).await[0],
+            1
+        );
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
+/// A damaged snapshot stops the node with the file's name, rather than an empty start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_or_torn_snapshot_is_refused_by_name() {
+    bounded(async {
+        let dir = temp_dir("corrupt");
+        let d = dir.to_str().expect("utf-8 path");
+        let args = ["--port", "0", "--data-dir", d, "--save-interval", "0"];
+        let mut p = Proc::spawn(&args);
+        let addr = p.wait_listening();
+        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        for i in 0..200 {
+            let _: i64 = q(&mut c, &["INCR", &format!("k{i}")]).await;
+        }
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+        let file = dir.join("dump.bkd");
+        let good = std::fs::read(&file).expect("snapshot");
+
+        let torn = &good[..good.len() / 2];
+        let mut flipped = good.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x01;
+        for (what, bytes) in [
+            ("torn", torn.to_vec()),
+            ("flipped", flipped),
+            ("garbage", b"hello".to_vec()),
+        ] {
+            std::fs::write(&file, &bytes).expect("write");
+            let mut p = Proc::spawn(&args);
+            let st = p.wait_exit(Duration::from_secs(20)).await;
+            assert!(!st.success(), "{what}: the node must not start");
+            let log = p.log.join("\n");
+            assert!(
+                log.contains("cannot load the snapshot")
+                    && log.contains(file.to_str().unwrap_or("")),
+                "{what}: {log}"
+            );
+        }
+        // The whole file loads again.
+        std::fs::write(&file, &good).expect("write");
+        let mut p = Proc::spawn(&args);
+        let addr = p.wait_listening();
+        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        assert_eq!(q::<i64>(&mut c, &["DBSIZE"]).await, 200);
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}

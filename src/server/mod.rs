@@ -15,6 +15,7 @@ pub(crate) mod info;
 pub(crate) mod live;
 mod metrics;
 pub(crate) mod node;
+mod persist;
 mod scatter;
 
 pub(crate) use live::LiveSettings;
@@ -60,6 +61,13 @@ impl NodeHandle {
         }
         for t in self.tasks {
             let _ = t.await;
+        }
+        if let Some(dir) = self.node.standalone_data_dir() {
+            // The clients are gone and the shards still run: the keys are as they will stay.
+            match persist::save(&self.node, dir).await {
+                Ok(n) => tracing::info!(keys = n, "snapshot saved to {}", dir.display()),
+                Err(e) => tracing::error!("snapshot to {} failed: {e}", dir.display()),
+            }
         }
         for s in &self.node.shards {
             s.stop();
@@ -187,11 +195,32 @@ pub async fn start(
         }
         let _ = node.cluster.set(cluster);
     }
-    let mut tasks = vec![tokio::spawn(accept::accept_loop(
+    let mut tasks = Vec::new();
+    if let Some(dir) = node.standalone_data_dir() {
+        let t0 = Instant::now();
+        let n = persist::load(&node, dir).await?;
+        if n > 0 {
+            tracing::info!(
+                keys = n,
+                ms = t0.elapsed().as_millis() as u64,
+                "loaded the snapshot in {}",
+                dir.display()
+            );
+        }
+        if node.settings.save_interval > 0 {
+            tasks.push(tokio::spawn(persist::save_every(
+                node.clone(),
+                dir.to_path_buf(),
+                Duration::from_secs(node.settings.save_interval),
+                shutdown.clone(),
+            )));
+        }
+    }
+    tasks.push(tokio::spawn(accept::accept_loop(
         node.clone(),
         listener,
         shutdown.clone(),
-    ))];
+    )));
     tasks.push(tokio::spawn(sample_rates(node.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(live::close_idle_clients(
         node.clone(),

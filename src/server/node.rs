@@ -119,6 +119,14 @@ pub struct Node {
 }
 
 impl Node {
+    /// A standalone node's snapshot directory, when it keeps one.
+    pub(crate) fn standalone_data_dir(&self) -> Option<&std::path::Path> {
+        match &self.settings.cluster {
+            None => self.settings.data_dir.as_deref(),
+            Some(_) => None,
+        }
+    }
+
     /// The cluster this node belongs to, in cluster mode.
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
         self.cluster.get()

@@ -78,6 +78,13 @@ pub(crate) fn run<A, F>(
                 ShardMsg::Export { slots, now, reply } => {
                     let _ = reply.send(core.borrow().export(slots, now));
                 }
+                ShardMsg::ExportPart { part, now, reply } => {
+                    let mut out = Vec::new();
+                    core.borrow()
+                        .store
+                        .export_partition(part, now, |_| true, &mut out);
+                    let _ = reply.send(out);
+                }
                 ShardMsg::Import {
                     slots,
                     records,

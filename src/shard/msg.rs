@@ -44,6 +44,13 @@ pub enum ShardMsg {
         now: u64,
         reply: oneshot::Sender<Vec<Record>>,
     },
+    /// Copies out every key of one partition of the store (a standalone node's snapshot,
+    /// taken a partition at a time so the shard keeps serving meanwhile).
+    ExportPart {
+        part: usize,
+        now: u64,
+        reply: oneshot::Sender<Vec<Record>>,
+    },
     /// Replaces the keys of a slot range (installing a group's snapshot).
     Import {
         slots: (u16, u16),

@@ -102,7 +102,21 @@ impl Store {
     /// Copies out every live key that `keep` selects (snapshots of a slot range).
     pub fn export(&self, now: u64, keep: impl Fn(&[u8]) -> bool) -> Vec<Record> {
         let mut out = Vec::new();
-        for p in &self.partitions {
+        for part in 0..self.partitions.len() {
+            self.export_partition(part, now, &keep, &mut out);
+        }
+        out
+    }
+
+    /// Copies out the live keys of one partition that `keep` selects, into `out`.
+    pub fn export_partition(
+        &self,
+        part: usize,
+        now: u64,
+        keep: impl Fn(&[u8]) -> bool,
+        out: &mut Vec<Record>,
+    ) {
+        if let Some(p) = self.partitions.get(part) {
             for &o in p.index.iter() {
                 let v = view(&p.arena, o as usize);
                 let key = key_of(&p.arena, o as usize);
@@ -121,7 +135,6 @@ impl Store {
                 });
             }
         }
-        out
     }
 
     /// Replaces every key that `owned` selects with `records` (installing a snapshot). Caps do
