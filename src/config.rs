@@ -159,6 +159,64 @@ struct FileSettings {
     metrics_port: Option<u16>,
     #[serde(alias = "save_interval")]
     save_interval: Option<u64>,
+    /// Named users: `[users.NAME]` with `password` and `readonly`.
+    users: Option<std::collections::BTreeMap<String, UserFile>>,
+}
+
+/// One `[users.NAME]` table of the config file.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct UserFile {
+    password: String,
+    #[serde(default)]
+    readonly: bool,
+}
+
+/// A named user: `AUTH name password`. A read-only user may peek at limits and read the
+/// server's state, not consume limits or change keys, rules, settings or the cluster.
+#[derive(Clone)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+    pub readonly: bool,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("readonly", &self.readonly)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks the config file's users: names as Redis allows them, never `default` (its password
+/// is `requirepass`), and a password each.
+fn users_from_file(
+    users: std::collections::BTreeMap<String, UserFile>,
+) -> Result<Vec<User>, String> {
+    users
+        .into_iter()
+        .map(|(name, u)| {
+            if name.is_empty() || name.len() > 128 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!("invalid user name '{name}'"));
+            }
+            if name == "default" {
+                return Err(
+                    "the default user's password is requirepass, not a [users.default] table"
+                        .into(),
+                );
+            }
+            if u.password.is_empty() {
+                return Err(format!("user '{name}' needs a password"));
+            }
+            Ok(User {
+                name,
+                password: u.password,
+                readonly: u.readonly,
+            })
+        })
+        .collect()
 }
 
 /// Fully resolved settings.
@@ -181,6 +239,8 @@ pub struct Settings {
     pub maxmemory_clients: usize,
     pub rules_reload_ms: u64,
     pub log: String,
+    /// Named users besides `default` (from the config file).
+    pub users: Vec<User>,
     /// Where the metrics endpoint listens, if it is on.
     pub metrics_port: Option<u16>,
     /// A standalone node's snapshot directory (a cluster keeps its data in `cluster`).
@@ -215,6 +275,7 @@ impl Default for Settings {
             maxmemory_clients: 1024 * 1024 * 1024,
             rules_reload_ms: 1000,
             log: "info,openraft=error".into(),
+            users: Vec::new(),
             metrics_port: None,
             data_dir: None,
             save_interval: 60,
@@ -453,6 +514,9 @@ impl Settings {
         }
         if f.metrics_port.is_some() {
             self.metrics_port = f.metrics_port;
+        }
+        if let Some(u) = f.users {
+            self.users = users_from_file(u)?;
         }
         if let Some(m) = f.maxmemory {
             self.maxmemory = file_size("maxmemory", m)?;

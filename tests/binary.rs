@@ -356,13 +356,6 @@ fn help_and_version() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
 
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bucketd-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
 /// The snapshot's modification time, if it exists.
 fn dump_mtime(dir: &std::path::Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(dir.join("dump.bkd"))

@@ -460,6 +460,7 @@ pub(crate) fn run(c: &mut Conn, cmd: ConnectionCmd, buf: &mut Vec<u8>) -> Result
         ConnectionCmd::Reset => {
             c.set_resp3(false);
             c.set_authed(!c.node().live.needs_auth());
+            c.set_user("default", false);
             {
                 let mut m = lock(&c.info().meta);
                 m.name.clear();
@@ -480,7 +481,24 @@ pub(crate) fn run(c: &mut Conn, cmd: ConnectionCmd, buf: &mut Vec<u8>) -> Result
 fn authenticate(c: &mut Conn, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Failure> {
     const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
     let user_ok = user.is_none_or(|u| u == b"default");
+    if let Some(name) = user.filter(|_| !user_ok) {
+        // A named user from the config file.
+        let found = super::acl::find_user(&c.node().settings.users, name, pass)
+            .map(|u| (u.name.clone(), u.readonly));
+        return match found {
+            Some((name, readonly)) => {
+                c.set_authed(true);
+                c.set_user(&name, readonly);
+                Ok(())
+            }
+            None => Err(fail(WRONGPASS)),
+        };
+    }
     let Some(expected) = c.node().live.requirepass() else {
+        if !c.node().settings.users.is_empty() {
+            // Named users are configured and the default user has no password: it is off.
+            return Err(fail(WRONGPASS));
+        }
         if user.is_none() {
             return Err(fail(
                 "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
@@ -493,15 +511,10 @@ fn authenticate(c: &mut Conn, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Fa
         return Ok(());
     };
     // Compare in constant time so the reply time does not leak how much of the password matched.
-    let pass_ok = expected.len() == pass.len()
-        && expected
-            .as_bytes()
-            .iter()
-            .zip(pass)
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0;
+    let pass_ok = super::acl::same_bytes(expected.as_bytes(), pass);
     if user_ok && pass_ok {
         c.set_authed(true);
+        c.set_user("default", false);
         Ok(())
     } else {
         Err(fail(WRONGPASS))
@@ -578,7 +591,7 @@ fn client_line(c: &Conn, info: &ClientInfo, cmd: Option<&str>) -> String {
     let qbuf = info.qbuf.load(Ordering::Relaxed);
     let omem = info.omem.load(Ordering::Relaxed);
     format!(
-        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}\n",
+        "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf={qbuf} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={omem} tot-mem={} events=r cmd={} user={} redir=-1 resp={} lib-name={} lib-ver={}\n",
         info.id,
         info.addr,
         info.laddr,
@@ -587,6 +600,7 @@ fn client_line(c: &Conn, info: &ClientInfo, cmd: Option<&str>) -> String {
         idle,
         qbuf + omem,
         cmd.unwrap_or_else(|| last_command(info)),
+        m.user,
         m.resp,
         m.lib_name,
         m.lib_ver

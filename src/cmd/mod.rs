@@ -21,6 +21,7 @@
 //!   matching on `TxnCmd`.
 //!
 //! Parsing checks arity and every argument, so shards only ever see well-formed work.
+pub(crate) mod acl;
 pub(crate) mod cell;
 pub(crate) mod cluster;
 pub(crate) mod connection;

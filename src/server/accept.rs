@@ -102,6 +102,7 @@ fn register(node: &Node, stream: &TcpStream, peer: SocketAddr, shard: usize) -> 
         shard,
         created: Instant::now(),
         meta: Mutex::new(ClientMeta {
+            user: "default".to_string(),
             resp: 2,
             ..ClientMeta::default()
         }),

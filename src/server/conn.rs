@@ -121,6 +121,8 @@ pub(crate) struct Conn {
     pub(super) info: Arc<ClientInfo>,
     resp3: bool,
     authed: bool,
+    /// The user, when it is a read-only one (the others may run everything).
+    readonly_user: Option<Arc<str>>,
     quit: bool,
     round: Round,
     stream: TcpStream,
@@ -145,6 +147,7 @@ impl Conn {
         let my_shard = core.borrow().id;
         Conn {
             authed: !node.live.needs_auth(),
+            readonly_user: None,
             node,
             core,
             my_shard,
@@ -368,6 +371,14 @@ impl Conn {
             let is_exec = req.name().eq_ignore_ascii_case(b"exec");
             if !self.authed && !table::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
                 self.refuse(is_exec, "NOAUTH Authentication required.");
+                continue;
+            }
+            if let Some(user) = &self.readonly_user
+                && let Some(what) = cmd::acl::readonly_refusal(&req)
+            {
+                let why =
+                    format!("NOPERM User {user} has no permissions to run the '{what}' command");
+                self.refuse(is_exec, &why);
                 continue;
             }
             let wire_len = req.wire_len();
@@ -831,6 +842,12 @@ impl Conn {
 
     pub(crate) fn set_authed(&mut self, v: bool) {
         self.authed = v;
+    }
+
+    /// Who the connection is authenticated as: its name, and whether it may only read.
+    pub(crate) fn set_user(&mut self, name: &str, readonly: bool) {
+        self.readonly_user = readonly.then(|| Arc::from(name));
+        crate::sync::lock(&self.info.meta).user = name.to_string();
     }
 
     /// Closes the connection once the current reply is written; nothing after it in the

@@ -27,6 +27,9 @@ pub struct LiveSettings {
     maxmemory_clients: AtomicI64,
     /// Seconds a client may stay idle before it is closed (0 = forever).
     timeout_s: AtomicU64,
+    /// Fixed at start: named users are configured, so every connection must authenticate
+    /// (the default user is disabled unless `requirepass` gives it a password).
+    has_users: bool,
     /// Fixed at start: the request parser's other limits.
     max_args: usize,
     max_inline_len: usize,
@@ -45,6 +48,7 @@ impl LiveSettings {
                 i64::try_from(s.maxmemory_clients).unwrap_or(i64::MAX),
             ),
             timeout_s: AtomicU64::new(0),
+            has_users: !s.users.is_empty(),
             max_args: s.max_args,
             max_inline_len: s.max_inline_len,
             caps,
@@ -62,7 +66,7 @@ impl LiveSettings {
 
     /// True if new connections must authenticate.
     pub fn needs_auth(&self) -> bool {
-        self.requirepass.load().is_some()
+        self.has_users || self.requirepass.load().is_some()
     }
 
     pub fn timeout_s(&self) -> u64 {

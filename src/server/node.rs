@@ -87,6 +87,8 @@ impl ClientInfo {
 #[derive(Default, Clone)]
 pub struct ClientMeta {
     pub name: String,
+    /// The user it authenticated as (`default` until then).
+    pub user: String,
     pub lib_name: String,
     pub lib_ver: String,
     pub resp: u8,
