@@ -52,6 +52,8 @@ mod shard;
 mod shutdown;
 #[cfg(feature = "server")]
 mod store;
+#[cfg(feature = "server")]
+pub mod tls;
 
 /// Not an API: the internals this crate's own benches and integration tests reach into (the
 /// command layer, the shard core, the keyspace, the Raft storage). Nothing here is stable.

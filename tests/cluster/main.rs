@@ -10,6 +10,7 @@ mod failover;
 mod membership;
 mod network;
 mod partition;
+mod peer_auth;
 mod pipeline;
 mod processes;
 mod quiet;
