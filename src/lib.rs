@@ -100,7 +100,7 @@ pub mod internals {
         pub use crate::server::node::Node;
     }
     pub mod shard {
-        pub use crate::shard::{ShardCore, ShardMsg, ShardStats, channel};
+        pub use crate::shard::{ShardCore, ShardMsg, ShardStats, Transport, channel};
     }
     pub mod store {
         pub use crate::store::{OwnedValue, Record, Slot, Store, Value};
