@@ -109,6 +109,31 @@ pub struct Flags {
     /// one taken at shutdown (0 = only at shutdown; default 60).
     #[arg(long)]
     pub save_interval: Option<u64>,
+    /// The shared secret every peer connection must prove it knows (prefer
+    /// --cluster-secret-file: a flag shows in the process list).
+    #[arg(long)]
+    pub cluster_secret: Option<String>,
+    /// A file holding the cluster secret (a trailing newline is not part of it).
+    #[arg(long)]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Port for TLS clients, besides the plain --port (0 = no TLS listener).
+    #[arg(long)]
+    pub tls_port: Option<u16>,
+    /// This node's certificate chain (PEM), for the TLS port and for --tls-cluster.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) that client and peer certificates are verified against.
+    #[arg(long)]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Whether TLS clients must present a certificate from the CA: yes, no or optional.
+    #[arg(long)]
+    pub tls_auth_clients: Option<String>,
+    /// Mutual TLS between cluster nodes on the peer port: yes or no.
+    #[arg(long)]
+    pub tls_cluster: Option<String>,
 }
 
 /// The config file's shape: the same settings as the flags.
@@ -161,6 +186,22 @@ struct FileSettings {
     save_interval: Option<u64>,
     /// Named users: `[users.NAME]` with `password` and `readonly`.
     users: Option<std::collections::BTreeMap<String, UserFile>>,
+    #[serde(alias = "cluster_secret")]
+    cluster_secret: Option<String>,
+    #[serde(alias = "cluster_secret_file")]
+    cluster_secret_file: Option<PathBuf>,
+    #[serde(alias = "tls_port")]
+    tls_port: Option<u16>,
+    #[serde(alias = "tls_cert_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[serde(alias = "tls_key_file")]
+    tls_key_file: Option<PathBuf>,
+    #[serde(alias = "tls_ca_cert_file")]
+    tls_ca_cert_file: Option<PathBuf>,
+    #[serde(alias = "tls_auth_clients")]
+    tls_auth_clients: Option<toml::Value>,
+    #[serde(alias = "tls_cluster")]
+    tls_cluster: Option<toml::Value>,
 }
 
 /// One `[users.NAME]` table of the config file.
@@ -249,6 +290,83 @@ pub struct Settings {
     pub save_interval: u64,
     /// Cluster mode, when a cluster description is given.
     pub cluster: Option<crate::cluster::node::ClusterSettings>,
+    /// The TLS client port (0 = none).
+    pub tls_port: u16,
+    /// The TLS files and whether clients must present a certificate.
+    pub tls: crate::tls::TlsFiles,
+    /// Mutual TLS between cluster nodes.
+    pub tls_cluster: bool,
+    /// The cluster secret, as given (a value or a file).
+    pub cluster_secret: Option<SecretSource>,
+}
+
+/// Where the cluster secret comes from.
+#[derive(Clone)]
+pub enum SecretSource {
+    Value(String),
+    File(PathBuf),
+}
+
+/// Never prints the secret itself.
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretSource::Value(_) => f.write_str("Value(<secret>)"),
+            SecretSource::File(p) => f.debug_tuple("File").field(p).finish(),
+        }
+    }
+}
+
+impl SecretSource {
+    /// The secret's bytes: the value, or the file's content without its trailing newline.
+    fn read(&self) -> Result<Vec<u8>, StartError> {
+        let bytes = match self {
+            SecretSource::Value(v) => v.as_bytes().to_vec(),
+            SecretSource::File(path) => {
+                let mut b = std::fs::read(path).map_err(|e| {
+                    StartError::ClusterSecret(format!(
+                        "cannot read the cluster secret from {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                while b.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
+                    b.pop();
+                }
+                if b.is_empty() {
+                    return Err(StartError::ClusterSecret(format!(
+                        "the cluster secret file {} is empty",
+                        path.display()
+                    )));
+                }
+                b
+            }
+        };
+        if bytes.is_empty() {
+            return Err(StartError::ClusterSecret(
+                "the cluster secret is empty".into(),
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+/// A yes/no setting, as Redis spells them (`true`/`false` are taken too).
+fn yes_no(name: &str, v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" => Ok(true),
+        "no" | "false" => Ok(false),
+        _ => Err(format!("{name} must be yes or no, not '{v}'")),
+    }
+}
+
+/// A yes/no/word setting in the config file: a string, or a TOML boolean.
+fn file_word(name: &str, v: toml::Value) -> Result<String, String> {
+    match v {
+        toml::Value::String(s) => Ok(s),
+        toml::Value::Boolean(true) => Ok("yes".into()),
+        toml::Value::Boolean(false) => Ok("no".into()),
+        _ => Err(format!("{name} must be a string such as \"yes\"")),
+    }
 }
 
 impl Default for Settings {
@@ -280,6 +398,10 @@ impl Default for Settings {
             data_dir: None,
             save_interval: 60,
             cluster: None,
+            tls_port: 0,
+            tls: crate::tls::TlsFiles::default(),
+            tls_cluster: false,
+            cluster_secret: None,
         }
     }
 }
@@ -440,7 +562,8 @@ macro_rules! plain_settings {
             max_inline_len,
             rules_reload_ms,
             save_interval,
-            log
+            log,
+            tls_port
         )
     };
 }
@@ -498,7 +621,23 @@ impl Settings {
         if s.shards == 0 || s.shards > 1024 {
             return Err(StartError::ShardCount(s.shards));
         }
+        s.secure_peers()?;
         Ok(s)
+    }
+
+    /// Reads the cluster secret and the peer TLS files into the cluster's settings, so a bad
+    /// file stops the node before it starts.
+    fn secure_peers(&mut self) -> Result<(), StartError> {
+        let Some(cluster) = self.cluster.as_mut() else {
+            return Ok(());
+        };
+        if let Some(source) = &self.cluster_secret {
+            cluster.security.secret = Some(source.read()?.into());
+        }
+        if self.tls_cluster {
+            cluster.security.tls = Some(crate::tls::PeerTls::new(&self.tls)?);
+        }
+        Ok(())
     }
 
     fn apply_file(&mut self, f: FileSettings) -> Result<(), String> {
@@ -527,7 +666,18 @@ impl Settings {
         if let Some(m) = f.maxmemory_clients {
             self.maxmemory_clients = file_size("maxmemory-clients", m)?;
         }
-        Ok(())
+        self.take_secret(f.cluster_secret, f.cluster_secret_file)?;
+        self.take_tls(
+            f.tls_cert_file,
+            f.tls_key_file,
+            f.tls_ca_cert_file,
+            f.tls_auth_clients
+                .map(|v| file_word("tls-auth-clients", v))
+                .transpose()?,
+            f.tls_cluster
+                .map(|v| file_word("tls-cluster", v))
+                .transpose()?,
+        )
     }
 
     fn apply_flags(&mut self, f: &Flags) -> Result<(), String> {
@@ -552,6 +702,58 @@ impl Settings {
         }
         if let Some(m) = &f.maxmemory_clients {
             self.maxmemory_clients = parse_size(m)?;
+        }
+        self.take_secret(f.cluster_secret.clone(), f.cluster_secret_file.clone())?;
+        self.take_tls(
+            f.tls_cert_file.clone(),
+            f.tls_key_file.clone(),
+            f.tls_ca_cert_file.clone(),
+            f.tls_auth_clients.clone(),
+            f.tls_cluster.clone(),
+        )
+    }
+
+    /// A secret given as a value or as a file replaces one given before (by the file when
+    /// this is the command line); both at once is a mistake.
+    fn take_secret(&mut self, value: Option<String>, file: Option<PathBuf>) -> Result<(), String> {
+        match (value, file) {
+            (Some(_), Some(_)) => {
+                Err("give --cluster-secret or --cluster-secret-file, not both".into())
+            }
+            (Some(v), None) => {
+                self.cluster_secret = Some(SecretSource::Value(v));
+                Ok(())
+            }
+            (None, Some(p)) => {
+                self.cluster_secret = Some(SecretSource::File(p));
+                Ok(())
+            }
+            (None, None) => Ok(()),
+        }
+    }
+
+    fn take_tls(
+        &mut self,
+        cert: Option<PathBuf>,
+        key: Option<PathBuf>,
+        ca: Option<PathBuf>,
+        auth_clients: Option<String>,
+        cluster: Option<String>,
+    ) -> Result<(), String> {
+        if cert.is_some() {
+            self.tls.cert = cert;
+        }
+        if key.is_some() {
+            self.tls.key = key;
+        }
+        if ca.is_some() {
+            self.tls.ca = ca;
+        }
+        if let Some(a) = auth_clients {
+            self.tls.auth_clients = a.parse()?;
+        }
+        if let Some(c) = cluster {
+            self.tls_cluster = yes_no("tls-cluster", &c)?;
         }
         Ok(())
     }

@@ -72,6 +72,10 @@ pub enum StartError {
     /// A standalone node's snapshot of its keys could not be read: the node does not start
     /// empty instead.
     Dump { path: PathBuf, reason: String },
+    /// A TLS setting or file is not usable (the message names the file).
+    Tls(String),
+    /// The cluster secret could not be read, or is empty.
+    ClusterSecret(String),
 }
 
 impl fmt::Display for StartError {
@@ -83,7 +87,11 @@ impl fmt::Display for StartError {
             StartError::ParseConfig { path, error } => {
                 write!(f, "invalid config {}: {error}", path.display())
             }
-            StartError::Setting(e) | StartError::Spec(e) | StartError::Rules(e) => f.write_str(e),
+            StartError::Setting(e)
+            | StartError::Spec(e)
+            | StartError::Rules(e)
+            | StartError::Tls(e)
+            | StartError::ClusterSecret(e) => f.write_str(e),
             StartError::Join(e) => write!(f, "cannot join the cluster: {e}"),
             StartError::ShardCount(0) => f.write_str("shards must be at least 1"),
             StartError::ShardCount(_) => f.write_str("shards must be at most 1024"),

@@ -52,6 +52,8 @@ mod shard;
 mod shutdown;
 #[cfg(feature = "server")]
 mod store;
+#[cfg(feature = "server")]
+pub mod tls;
 
 /// Not an API: the internals this crate's own benches and integration tests reach into (the
 /// command layer, the shard core, the keyspace, the Raft storage). Nothing here is stable.
@@ -98,7 +100,7 @@ pub mod internals {
         pub use crate::server::node::Node;
     }
     pub mod shard {
-        pub use crate::shard::{ShardCore, ShardMsg, ShardStats, channel};
+        pub use crate::shard::{ShardCore, ShardMsg, ShardStats, Transport, channel};
     }
     pub mod store {
         pub use crate::store::{OwnedValue, Record, Slot, Store, Value};

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 /// Where to connect.
 pub(crate) enum Target {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     Cluster(Box<ClusterClient>),
 }
 

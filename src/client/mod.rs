@@ -148,9 +148,54 @@ pub struct ClientBuilder {
     deadline: Duration,
     connect_timeout: Duration,
     reconnect_backoff: Duration,
+    #[cfg(feature = "client-tls")]
+    tls: Option<TlsFiles>,
+}
+
+/// PEM bytes for a TLS connection to bucketd's `--tls-port` (feature `client-tls`).
+#[cfg(feature = "client-tls")]
+#[derive(Clone)]
+pub struct TlsFiles {
+    /// The CA that signed the nodes' certificates.
+    pub ca: Vec<u8>,
+    /// This client's certificate and key, for nodes that ask for one (`tls-auth-clients`).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[cfg(feature = "client-tls")]
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("client", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "client-tls")]
+impl TlsFiles {
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: Some(self.ca.clone()),
+        }
+    }
 }
 
 impl ClientBuilder {
+    /// Connects over TLS (give `rediss://` URLs), trusting `files.ca` and presenting
+    /// `files.client` when set. Uses rustls on ring.
+    #[cfg(feature = "client-tls")]
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
+    }
+
     /// Every call's deadline, from sending to a parsed reply (default 5 ms). Waiting for a
     /// connection counts too.
     pub fn deadline(mut self, deadline: Duration) -> Self {
@@ -186,17 +231,27 @@ impl ClientBuilder {
         let response_timeout = self.connect_timeout.max(self.deadline);
         let target = match self.nodes.as_slice() {
             [] => return Err(Error::Config("no bucketd node URL given".into())),
-            [one] if !self.cluster => Target::Single(
-                redis::Client::open(one.as_str())
+            [one] if !self.cluster => Target::Single(Box::new(
+                self.single_client(one)
                     .map_err(|e| Error::Config(format!("{one}: {e}")))?,
-            ),
-            nodes => Target::Cluster(Box::new(
-                redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
-                    .connection_timeout(self.connect_timeout)
-                    .response_timeout(response_timeout)
-                    .build()
-                    .map_err(|e| Error::Config(e.to_string()))?,
             )),
+            nodes => {
+                let builder =
+                    redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
+                        .connection_timeout(self.connect_timeout)
+                        .response_timeout(response_timeout);
+                #[cfg(feature = "client-tls")]
+                let builder = match &self.tls {
+                    Some(files) => {
+                        let _ = rustls::crypto::ring::default_provider().install_default();
+                        builder.certs(files.certificates())
+                    }
+                    None => builder,
+                };
+                Target::Cluster(Box::new(
+                    builder.build().map_err(|e| Error::Config(e.to_string()))?,
+                ))
+            }
         };
         Ok(Client {
             link: Arc::new(Link::new(
@@ -207,6 +262,16 @@ impl ClientBuilder {
             )),
             deadline: self.deadline,
         })
+    }
+
+    fn single_client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "client-tls")]
+        if let Some(files) = &self.tls {
+            // The redis crate asks rustls for the process's default provider.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            return redis::Client::build_with_tls(url, files.certificates());
+        }
+        redis::Client::open(url)
     }
 
     /// Builds the client and waits (up to the connect timeout) for its first connection.
@@ -249,6 +314,8 @@ impl Client {
             deadline: DEFAULT_DEADLINE,
             connect_timeout: Duration::from_secs(1),
             reconnect_backoff: Duration::from_millis(250),
+            #[cfg(feature = "client-tls")]
+            tls: None,
         }
     }
 

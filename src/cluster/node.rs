@@ -68,6 +68,8 @@ pub struct ClusterSettings {
     /// Join the cluster through this member's client address: the node's id and the members
     /// are not known until it starts.
     pub join: Option<String>,
+    /// How peer connections authenticate (a cluster secret, mutual TLS, or neither).
+    pub security: transport::PeerSecurity,
 }
 
 impl ClusterSettings {
@@ -93,6 +95,7 @@ impl ClusterSettings {
             quiet_after: Some(Duration::from_secs(2)),
             joined: false,
             join: None,
+            security: transport::PeerSecurity::default(),
         }
     }
 }
@@ -343,7 +346,13 @@ impl Cluster {
             .iter()
             .map(|n| (n.id, n.peer_addr()))
             .collect();
-        let net = Network::new(me, &peers, faults.clone(), shutdown.clone());
+        let net = Network::new(
+            me,
+            &peers,
+            faults.clone(),
+            shutdown.clone(),
+            settings.security.clone(),
+        );
         let all = settings.spec.groups as usize + 1;
         let leaders: Arc<Vec<AtomicU64>> = Arc::new((0..all).map(|_| AtomicU64::new(0)).collect());
         let quorum_acked: Arc<Vec<AtomicU64>> =

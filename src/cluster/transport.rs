@@ -12,7 +12,15 @@
 //! `reachable` current when no group has anything to say, and carries what quiet groups need
 //! (see `quiet`).
 //!
-//! Frames are `u32` length-prefixed bincode. A request that a peer cannot serve is answered
+//! Every connection starts with a handshake (`PeerSecurity`) before anything is decoded: with a
+//! cluster secret both ends prove they know it, with `tls-cluster` both present certificates
+//! from the cluster's CA; with neither, the dialing node only says who it is, and the peer port
+//! must be firewalled.
+//!
+//! Messages are bincode, carried in frames of at most `FRAME_CAP` bytes, each prefixed with its
+//! `u32` length (a message larger than a frame, such as a large group's snapshot, is split over
+//! several). A frame's buffer grows as its bytes arrive, so a header alone costs nothing. A
+//! request that a peer cannot serve is answered
 //! with a [`PeerError`], so the asking node acts on what happened rather than on text. What is
 //! queued for one peer is bounded (`PEER_QUEUE_BYTES`, `PEER_QUEUE_FRAMES`): past that a
 //! request fails at once with [`CallError::QueueFull`] (openraft counts the peer unreachable and
@@ -43,15 +51,44 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 /// What one read from a peer's connection takes in at most.
 const PEER_READ_BUF: usize = 64 * 1024;
 
-/// Largest frame accepted from a peer (snapshots of a large group included).
-const MAX_FRAME: usize = 1 << 30;
+/// Largest frame a peer may send: a message larger than this travels in several frames.
+///
+/// What the protocol sends in one message: a heartbeat or a ping is about a hundred bytes; an
+/// append carries at most openraft's `max_payload_entries` (300) entries, each one turn's
+/// commands of one group, a few KiB of rate-limit checks; a forwarded batch is one client
+/// round (at most 1024 commands). Honest messages other than snapshots stay well under 1 MiB.
+/// 16 MiB leaves room for a round of large SET values (bulk strings are capped at 8 MiB by
+/// default) without letting one header make this node reserve much memory: and nothing is
+/// reserved before the bytes arrive anyway (`read_growing`).
+const FRAME_CAP: usize = 16 << 20;
+
+/// Set in a frame's length word when the message goes on in the next frame.
+const MORE_FRAMES: u32 = 1 << 31;
+
+/// Largest message reassembled from frames: a snapshot of a large group. Reached only as bytes
+/// arrive (a peer must send them all), and only past the handshake.
+const MESSAGE_CAP: usize = 1 << 30;
+
+/// Most bytes read into a frame's buffer at a time: the buffer grows by what arrived, not by
+/// what the header claims.
+const READ_STEP: usize = 64 * 1024;
+
+/// A buffer kept for the next frame is given back when it grew past this (a snapshot).
+const KEEP_BUF: usize = 1 << 20;
+
+/// How long a new peer connection may take to complete its handshake (TLS, then the secret).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a refused peer connection is logged at warn at most (each is counted; the rest go
+/// to debug).
+const REFUSED_LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// Most bytes of encoded frames queued for one peer (in either direction: requests to it,
 /// answers to its requests) that its writer has not taken yet.
@@ -202,32 +239,260 @@ enum PeerFrame {
     },
 }
 
+/// Appends `frame` to `out` as one message: one length-prefixed frame, or several when it is
+/// larger than `FRAME_CAP`.
 fn encode(frame: &PeerFrame, out: &mut Vec<u8>) -> Result<(), CallError> {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     bincode::serde::encode_into_std_write(frame, out, bincode::config::standard())
         .map_err(|e| CallError::Encode(e.to_string()))?;
-    let len = u32::try_from(out.len() - start - 4)
-        .map_err(|_| CallError::Encode("frame too large".to_string()))?;
-    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    let len = out.len() - start - 4;
+    if len > MESSAGE_CAP {
+        out.truncate(start);
+        return Err(CallError::Encode(format!(
+            "message of {len} bytes is larger than a peer takes"
+        )));
+    }
+    if len <= FRAME_CAP {
+        // `len` fits: it is at most FRAME_CAP, far below the MORE_FRAMES bit.
+        out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+        return Ok(());
+    }
+    let body = out.split_off(start + 4);
+    out.truncate(start);
+    let mut pieces = body.chunks(FRAME_CAP).peekable();
+    while let Some(piece) = pieces.next() {
+        let mut word = piece.len() as u32;
+        if pieces.peek().is_some() {
+            word |= MORE_FRAMES;
+        }
+        out.extend_from_slice(&word.to_le_bytes());
+        out.extend_from_slice(piece);
+    }
     Ok(())
 }
 
-async fn read_frame(
-    r: &mut (impl AsyncReadExt + Unpin),
-    buf: &mut Vec<u8>,
-) -> std::io::Result<PeerFrame> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).await?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(std::io::Error::other("peer frame too large"));
+/// Why a peer's bytes were not a message.
+#[derive(Debug)]
+enum ReadError {
+    /// The connection closed or failed.
+    Io(std::io::Error),
+    /// A frame's header claims more than `FRAME_CAP`, or a message more than `MESSAGE_CAP`.
+    TooLarge(usize),
+    /// The bytes are not a message, in bincode's words.
+    Decode(String),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => e.fmt(f),
+            ReadError::TooLarge(n) => write!(f, "frame of {n} bytes is over the cap"),
+            ReadError::Decode(e) => write!(f, "undecodable frame: {e}"),
+        }
     }
-    buf.resize(len, 0);
-    r.read_exact(buf).await?;
+}
+
+/// Appends exactly `n` more bytes from `r` to `buf`, growing it by what arrives (at most
+/// `READ_STEP` at a time) rather than by what was announced.
+async fn read_growing(
+    r: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> std::io::Result<()> {
+    let end = buf.len() + n;
+    while buf.len() < end {
+        let step = (end - buf.len()).min(READ_STEP);
+        buf.reserve(step);
+        let got = (&mut *r).take(step as u64).read_buf(buf).await?;
+        if got == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
+/// Reads one message (one frame, or several with `MORE_FRAMES`) and decodes it.
+async fn read_frame(
+    r: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+) -> Result<PeerFrame, ReadError> {
+    if buf.capacity() > KEEP_BUF {
+        *buf = Vec::new();
+    }
+    buf.clear();
+    loop {
+        let mut word = [0u8; 4];
+        r.read_exact(&mut word).await.map_err(ReadError::Io)?;
+        let word = u32::from_le_bytes(word);
+        let len = (word & !MORE_FRAMES) as usize;
+        if len > FRAME_CAP {
+            return Err(ReadError::TooLarge(len));
+        }
+        if buf.len() + len > MESSAGE_CAP {
+            return Err(ReadError::TooLarge(buf.len() + len));
+        }
+        read_growing(r, buf, len).await.map_err(ReadError::Io)?;
+        if word & MORE_FRAMES == 0 {
+            break;
+        }
+    }
     bincode::serde::decode_from_slice(buf, bincode::config::standard())
         .map(|(f, _)| f)
-        .map_err(std::io::Error::other)
+        .map_err(|e| ReadError::Decode(e.to_string()))
+}
+
+/// How a peer connection proves it belongs to the cluster, before any message is decoded.
+#[derive(Clone, Default)]
+pub struct PeerSecurity {
+    /// The shared cluster secret: both ends of every connection prove they know it.
+    pub secret: Option<Arc<[u8]>>,
+    /// Mutual TLS between nodes: both ends present certificates from the cluster's CA.
+    pub tls: Option<crate::tls::PeerTls>,
+}
+
+impl std::fmt::Debug for PeerSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerSecurity")
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// The peer handshake with a cluster secret. Each side sends a fresh random nonce, then each
+/// proves it knows the secret with an HMAC-SHA256 over this label, its role, both node ids and
+/// both nonces. The secret never travels; a proof is good for one connection only (both
+/// nonces), one direction (the role) and one pair of nodes; a proof made with another
+/// cluster's secret does not verify.
+///
+/// On the wire, all fixed sizes, before any frame:
+/// - dialer: `HELLO_MAGIC`, its node id (u64 LE), its nonce (48 bytes);
+/// - listener: its nonce, its proof (64 bytes);
+/// - dialer: its proof (32 bytes).
+///
+/// Without a secret the dialer sends only its node id (8 bytes), as nodes always have.
+const PROOF_LABEL: &[u8] = b"bucketd-peer-v1";
+const HELLO_MAGIC: [u8; 8] = *b"BKDPEER1";
+const NONCE_LEN: usize = 32;
+const PROOF_LEN: usize = 32;
+const ROLE_DIALER: u8 = 1;
+const ROLE_LISTENER: u8 = 2;
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// The proof one side gives: the MAC, ready to finalize or to verify against.
+fn proof(
+    secret: &[u8],
+    role: u8,
+    dialer: NodeId,
+    listener: NodeId,
+    dialer_nonce: &[u8; NONCE_LEN],
+    listener_nonce: &[u8; NONCE_LEN],
+) -> std::io::Result<HmacSha256> {
+    use hmac::Mac;
+    // HMAC takes keys of every length; the error is only there for the trait's sake.
+    let mut mac = <HmacSha256 as Mac>::new_from_slice(secret)
+        .map_err(|_| std::io::Error::other("the cluster secret is not a usable key"))?;
+    mac.update(PROOF_LABEL);
+    mac.update(&[role]);
+    mac.update(&dialer.to_le_bytes());
+    mac.update(&listener.to_le_bytes());
+    mac.update(dialer_nonce);
+    mac.update(listener_nonce);
+    Ok(mac)
+}
+
+fn nonce() -> std::io::Result<[u8; NONCE_LEN]> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).map_err(|e| std::io::Error::other(format!("no randomness: {e}")))?;
+    Ok(n)
+}
+
+fn refused(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.to_string())
+}
+
+/// The dialing side of the handshake, to `target`.
+async fn dial_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    secret: Option<&[u8]>,
+    me: NodeId,
+    target: NodeId,
+) -> std::io::Result<()> {
+    let Some(secret) = secret else {
+        s.write_all(&me.to_le_bytes()).await?;
+        return s.flush().await;
+    };
+    let mine = nonce()?;
+    let mut hello = [0u8; 8 + 8 + NONCE_LEN];
+    hello[..8].copy_from_slice(&HELLO_MAGIC);
+    hello[8..16].copy_from_slice(&me.to_le_bytes());
+    hello[16..].copy_from_slice(&mine);
+    s.write_all(&hello).await?;
+    s.flush().await?;
+    let mut answer = [0u8; NONCE_LEN + PROOF_LEN];
+    s.read_exact(&mut answer).await?;
+    let mut theirs = [0u8; NONCE_LEN];
+    theirs.copy_from_slice(&answer[..NONCE_LEN]);
+    use hmac::Mac;
+    proof(secret, ROLE_LISTENER, me, target, &mine, &theirs)?
+        .verify_slice(&answer[NONCE_LEN..])
+        .map_err(|_| refused("the peer's proof of the cluster secret is wrong"))?;
+    let mine_proof = proof(secret, ROLE_DIALER, me, target, &mine, &theirs)?.finalize();
+    s.write_all(&mine_proof.into_bytes()).await?;
+    s.flush().await
+}
+
+/// The listening side of the handshake: the dialer's node id once it has proved itself.
+async fn answer_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    secret: Option<&[u8]>,
+    me: NodeId,
+) -> std::io::Result<NodeId> {
+    let Some(secret) = secret else {
+        let mut who = [0u8; 8];
+        s.read_exact(&mut who).await?;
+        return Ok(u64::from_le_bytes(who));
+    };
+    let mut hello = [0u8; 8 + 8 + NONCE_LEN];
+    s.read_exact(&mut hello).await?;
+    if hello[..8] != HELLO_MAGIC {
+        return Err(refused("not a peer handshake (no cluster secret?)"));
+    }
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&hello[8..16]);
+    let dialer = u64::from_le_bytes(id);
+    let mut theirs = [0u8; NONCE_LEN];
+    theirs.copy_from_slice(&hello[16..]);
+    let mine = nonce()?;
+    use hmac::Mac;
+    let my_proof = proof(secret, ROLE_LISTENER, dialer, me, &theirs, &mine)?.finalize();
+    let mut answer = [0u8; NONCE_LEN + PROOF_LEN];
+    answer[..NONCE_LEN].copy_from_slice(&mine);
+    answer[NONCE_LEN..].copy_from_slice(&my_proof.into_bytes());
+    s.write_all(&answer).await?;
+    s.flush().await?;
+    let mut their_proof = [0u8; PROOF_LEN];
+    s.read_exact(&mut their_proof).await?;
+    proof(secret, ROLE_DIALER, dialer, me, &theirs, &mine)?
+        .verify_slice(&their_proof)
+        .map_err(|_| refused("wrong proof of the cluster secret"))?;
+    Ok(dialer)
+}
+
+type PeerReader = Box<dyn AsyncRead + Send + Unpin>;
+type PeerWriter = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Splits a plain connection without a lock between its halves.
+fn split_plain(stream: TcpStream) -> (PeerReader, PeerWriter) {
+    let (rd, wr) = stream.into_split();
+    (Box::new(rd), Box::new(wr))
+}
+
+fn split_any<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S) -> (PeerReader, PeerWriter) {
+    let (rd, wr) = tokio::io::split(stream);
+    (Box::new(rd), Box::new(wr))
 }
 
 /// Why a frame was not queued.
@@ -415,6 +680,11 @@ struct NetworkInner {
     /// (ms since `born`).
     queue_full: AtomicU64,
     queue_full_logged: AtomicU64,
+    security: PeerSecurity,
+    /// Peer connections refused (a failed handshake, an over-cap or undecodable frame), and
+    /// when that was last logged at warn (ms since `born`).
+    refused: AtomicU64,
+    refused_logged: AtomicU64,
 }
 
 impl Network {
@@ -424,6 +694,7 @@ impl Network {
         peers: &[(NodeId, String)],
         faults: Arc<Faults>,
         shutdown: Shutdown,
+        security: PeerSecurity,
     ) -> Network {
         let links: Links = peers
             .iter()
@@ -449,6 +720,9 @@ impl Network {
                 writes: AtomicU64::new(0),
                 queue_full: AtomicU64::new(0),
                 queue_full_logged: AtomicU64::new(0),
+                security,
+                refused: AtomicU64::new(0),
+                refused_logged: AtomicU64::new(0),
             }),
         }
     }
@@ -489,6 +763,103 @@ impl Network {
                 total,
                 "the queue to node {peer} is full: {what} dropped ({total} so far)"
             );
+        }
+    }
+
+    /// Peer connections refused so far.
+    pub fn refused_connections(&self) -> u64 {
+        self.inner.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts a refused peer connection and logs it: at warn at most once per
+    /// `REFUSED_LOG_EVERY` (a flood of bad connections must not flood the log), else at debug.
+    fn note_refused(&self, peer: &str, why: &dyn std::fmt::Display) {
+        let total = self.inner.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = self.now_ms();
+        let last = self.inner.refused_logged.load(Ordering::Relaxed);
+        let every = u64::try_from(REFUSED_LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if (last == 0 || now.saturating_sub(last) >= every)
+            && self
+                .inner
+                .refused_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                peer,
+                total,
+                "refused a peer connection from {peer}: {why} ({total} refused so far)"
+            );
+        } else {
+            tracing::debug!(peer, "refused a peer connection from {peer}: {why}");
+        }
+    }
+
+    /// Opens the secured connection to `target` at `addr`: TLS if the cluster uses it, then
+    /// the handshake. Its halves are ready for frames.
+    async fn open_link(
+        &self,
+        target: NodeId,
+        addr: &str,
+    ) -> Result<(PeerReader, PeerWriter), String> {
+        let stream = self
+            .connect_from_home(addr)
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let security = &self.inner.security;
+        let secret = security.secret.as_deref();
+        let me = self.inner.me;
+        match &security.tls {
+            None => {
+                let mut stream = stream;
+                dial_handshake(&mut stream, secret, me, target)
+                    .await
+                    .map_err(|e| format!("handshake failed: {e}"))?;
+                Ok(split_plain(stream))
+            }
+            Some(tls) => {
+                let mut stream = tls
+                    .connect(addr, stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake failed: {e}"))?;
+                dial_handshake(&mut stream, secret, me, target)
+                    .await
+                    .map_err(|e| format!("handshake failed: {e}"))?;
+                Ok(split_any(stream))
+            }
+        }
+    }
+
+    /// Takes in a new peer connection: TLS if the cluster uses it, then the handshake. The
+    /// peer's node id and the connection's halves.
+    async fn accept_link(
+        &self,
+        stream: TcpStream,
+    ) -> Result<(NodeId, PeerReader, PeerWriter), String> {
+        let security = &self.inner.security;
+        let secret = security.secret.as_deref();
+        let me = self.inner.me;
+        match &security.tls {
+            None => {
+                let mut stream = stream;
+                let peer = answer_handshake(&mut stream, secret, me)
+                    .await
+                    .map_err(|e| format!("handshake failed: {e}"))?;
+                let (rd, wr) = split_plain(stream);
+                Ok((peer, rd, wr))
+            }
+            Some(tls) => {
+                let mut stream = tls
+                    .accept(stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake failed: {e}"))?;
+                let peer = answer_handshake(&mut stream, secret, me)
+                    .await
+                    .map_err(|e| format!("handshake failed: {e}"))?;
+                let (rd, wr) = split_any(stream);
+                Ok((peer, rd, wr))
+            }
         }
     }
 
@@ -677,30 +1048,33 @@ impl Network {
                 let _ = tx.send(Err(why.clone()));
             }
         };
-        let stream =
-            match tokio::time::timeout(Duration::from_millis(500), self.connect_from_home(&addr))
-                .await
-            {
-                Ok(Ok(s)) => s,
-                _ => {
-                    rx.close();
-                    self.failed_with(target);
+        // Connecting has its own short bound; the handshake that follows has the usual one.
+        let opened = tokio::time::timeout(
+            Duration::from_millis(500) + HANDSHAKE_TIMEOUT,
+            self.open_link(target, &addr),
+        )
+        .await
+        .unwrap_or_else(|_| Err("handshake timed out".to_string()));
+        let (rd, mut wr) = match opened {
+            Ok(halves) => halves,
+            Err(why) => {
+                rx.close();
+                self.failed_with(target);
+                if why.starts_with("cannot connect") {
                     fail_all(CallError::CannotConnect(target, addr));
-                    return;
+                } else {
+                    self.note_refused(&addr, &why);
+                    fail_all(CallError::Handshake);
                 }
-            };
-        let _ = stream.set_nodelay(true);
-        let (rd, mut wr) = stream.into_split();
+                return;
+            }
+        };
         // Buffered: one read takes in every frame that has arrived, instead of two system
         // calls (length, then body) per frame.
         let mut rd = tokio::io::BufReader::with_capacity(PEER_READ_BUF, rd);
-        // Say who we are, so the peer can apply link faults to us.
-        if wr.write_all(&self.inner.me.to_le_bytes()).await.is_err() {
-            fail_all(CallError::Handshake);
-            return;
-        }
         let reader_in_flight = in_flight.clone();
         let net = self.clone();
+        let addr_for_reader = addr.clone();
         let mut reader = tokio::spawn(async move {
             let mut buf = Vec::new();
             loop {
@@ -715,7 +1089,11 @@ impl Network {
                         }
                     }
                     Ok(PeerFrame::Request { .. }) => {}
-                    Err(_) => return,
+                    Err(ReadError::Io(_)) => return,
+                    Err(e) => {
+                        net.note_refused(&addr_for_reader, &e);
+                        return;
+                    }
                 }
             }
         });
@@ -821,9 +1199,11 @@ pub(crate) async fn serve<H: Handler>(
     loop {
         tokio::select! {
             res = listener.accept() => {
-                let Ok((stream, _)) = res else { continue };
+                let Ok((stream, from)) = res else { continue };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_peer(stream, handler.clone(), net.clone(), shutdown.clone()));
+                // The handshake runs on the connection's own task: a connection that says
+                // nothing holds up no other.
+                tokio::spawn(serve_peer(stream, from, handler.clone(), net.clone(), shutdown.clone()));
             }
             _ = shutdown.recv() => return,
         }
@@ -832,18 +1212,27 @@ pub(crate) async fn serve<H: Handler>(
 
 async fn serve_peer<H: Handler>(
     stream: TcpStream,
+    from: std::net::SocketAddr,
     handler: Arc<H>,
     net: Network,
     mut shutdown: Shutdown,
 ) {
     let faults = net.faults().clone();
-    let (rd, mut wr) = stream.into_split();
+    let from = from.to_string();
+    let accepted = tokio::select! {
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, net.accept_link(stream)) => {
+            r.unwrap_or_else(|_| Err("handshake timed out".to_string()))
+        }
+        _ = shutdown.recv() => return,
+    };
+    let (peer, rd, mut wr) = match accepted {
+        Ok(link) => link,
+        Err(why) => {
+            net.note_refused(&from, &why);
+            return;
+        }
+    };
     let mut rd = tokio::io::BufReader::with_capacity(PEER_READ_BUF, rd);
-    let mut who = [0u8; 8];
-    if rd.read_exact(&mut who).await.is_err() {
-        return;
-    }
-    let peer = u64::from_le_bytes(who);
     let (tx, mut rx) = peer_queue();
     let writer = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(64 * 1024);
@@ -860,8 +1249,17 @@ async fn serve_peer<H: Handler>(
             f = read_frame(&mut rd, &mut buf) => f,
             _ = shutdown.recv() => break,
         };
-        let Ok(PeerFrame::Request { id, group, rpc }) = frame else {
-            break;
+        let (id, group, rpc) = match frame {
+            Ok(PeerFrame::Request { id, group, rpc }) => (id, group, rpc),
+            Ok(PeerFrame::Response { .. }) => {
+                net.note_refused(&from, &"a response where a request belongs");
+                break;
+            }
+            Err(ReadError::Io(_)) => break,
+            Err(e) => {
+                net.note_refused(&from, &e);
+                break;
+            }
         };
         if faults.is_blocked(peer) {
             continue;
@@ -1045,6 +1443,34 @@ mod tests {
         assert!(matches!(tx.push(vec![0; 8]), Err(QueueRefused::Full)));
         // A refused frame leaves the byte count as it was.
         assert_eq!(tx.bytes.load(Ordering::Relaxed), PEER_QUEUE_FRAMES * 8);
+    }
+
+    /// A message larger than a frame travels in several and comes back whole; a header over
+    /// the cap is refused before anything is read or reserved for it.
+    #[tokio::test]
+    async fn large_messages_are_split_into_capped_frames() {
+        let big = "x".repeat(FRAME_CAP * 2 + 17);
+        let frame = PeerFrame::Response {
+            id: 9,
+            result: Err(PeerError::Raft(big.clone())),
+        };
+        let mut bytes = Vec::new();
+        encode(&frame, &mut bytes).unwrap();
+        let first = u32::from_le_bytes(bytes[..4].try_into().unwrap());
+        assert_eq!(first, FRAME_CAP as u32 | MORE_FRAMES);
+        let mut buf = Vec::new();
+        let back = read_frame(&mut bytes.as_slice(), &mut buf).await.unwrap();
+        assert!(
+            matches!(back, PeerFrame::Response { id: 9, result: Err(PeerError::Raft(s)) } if s == big)
+        );
+        let mut over = Vec::new();
+        over.extend_from_slice(&(FRAME_CAP as u32 + 1).to_le_bytes());
+        let mut buf = Vec::new();
+        assert!(matches!(
+            read_frame(&mut over.as_slice(), &mut buf).await,
+            Err(ReadError::TooLarge(_))
+        ));
+        assert_eq!(buf.capacity(), 0);
     }
 
     /// What a forwarding node acts on survives the trip: a redirect keeps its node, a reason

@@ -17,6 +17,7 @@
 //! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
 //!   growth passes it is closed.
 
+use super::stream::ClientStream;
 use super::{ClientInfo, Node};
 use crate::cmd::connection::ConnectionCmd;
 use crate::cmd::keyed::encode;
@@ -31,7 +32,6 @@ use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 /// Most requests handled per round before replies are written (the rest wait in the buffer).
@@ -125,7 +125,7 @@ pub(crate) struct Conn {
     readonly_user: Option<Arc<str>>,
     quit: bool,
     round: Round,
-    stream: TcpStream,
+    stream: ClientStream,
     rbuf: BytesMut,
     out: Vec<u8>,
     parser: RequestParser,
@@ -141,7 +141,7 @@ impl Conn {
         node: Arc<Node>,
         core: CoreRef,
         info: Arc<ClientInfo>,
-        stream: TcpStream,
+        stream: ClientStream,
     ) -> Conn {
         let n = node.shards.len();
         let my_shard = core.borrow().id;

@@ -17,6 +17,7 @@ mod metrics;
 pub(crate) mod node;
 mod persist;
 mod scatter;
+mod stream;
 
 pub(crate) use live::LiveSettings;
 pub(crate) use node::{ClientInfo, ClientMeta, Node, NodeStats, REDIS_COMPAT_VERSION, VERSION};
@@ -26,6 +27,7 @@ use crate::cluster::node::Cluster;
 use crate::config::Settings;
 use crate::error::StartError;
 use crate::rules::RuleStore;
+use crate::shard::Transport;
 use crate::shard::{self, ShardCore, ShardHandle, ShardInbox, ShardMsg};
 use crate::shutdown::{self, Shutdown, Trigger};
 use crate::store::Store;
@@ -44,6 +46,8 @@ pub struct NodeHandle {
     pub addr: SocketAddr,
     /// Where the metrics endpoint listens, when it is on.
     pub metrics_addr: Option<SocketAddr>,
+    /// The address of its TLS client listener, if it has one.
+    pub tls_addr: Option<SocketAddr>,
     /// The node's shared state: not an API, for the crate's own tests.
     #[doc(hidden)]
     pub node: Arc<Node>,
@@ -105,6 +109,24 @@ pub async fn start(
             error,
         })?;
     let addr = listener.local_addr().map_err(StartError::Socket)?;
+    // The TLS files are read before anything starts, so a bad one stops the node at once.
+    let tls = if settings.tls_port != 0 {
+        crate::tls::install_default_provider();
+        let acceptor = crate::tls::client_acceptor(&settings.tls)?;
+        let l = TcpListener::bind((settings.bind.as_str(), settings.tls_port))
+            .await
+            .map_err(|error| StartError::Listen {
+                addr: format!("{}:{}", settings.bind, settings.tls_port),
+                error,
+            })?;
+        Some((l, acceptor))
+    } else {
+        None
+    };
+    let tls_addr = match &tls {
+        Some((l, _)) => Some(l.local_addr().map_err(StartError::Socket)?),
+        None => None,
+    };
     let n = settings.shards.max(1);
     let (handles, inboxes): (Vec<ShardHandle>, Vec<ShardInbox>) =
         (0..n).map(shard::channel).unzip();
@@ -140,6 +162,7 @@ pub async fn start(
         cluster: std::sync::OnceLock::new(),
         client_buffer_bytes: AtomicUsize::new(0),
         last_trim_ms: AtomicU64::new(0),
+        tls_acceptor: tls.as_ref().map(|(_, a)| a.clone()),
     });
     let mut threads = Vec::with_capacity(n);
     let mut runtimes = Vec::with_capacity(n);
@@ -158,9 +181,15 @@ pub async fn start(
                 crate::protocol::reply::count_errors_in(stats.errors.clone());
                 let core = ShardCore::new(id, Store::with_caps(caps), node.clock.clone(), stats);
                 let shutdown = node.shutdown.clone();
-                shard::run(core, inbox, shutdown, rt, move |core, stream, shutdown| {
-                    accept::adopt(&node, core, stream, shutdown)
-                })
+                shard::run(
+                    core,
+                    inbox,
+                    shutdown,
+                    rt,
+                    move |core, stream, transport, shutdown| {
+                        accept::adopt(&node, core, stream, transport, shutdown)
+                    },
+                )
             })
             .map_err(StartError::ShardThread)?;
         threads.push(t);
@@ -219,8 +248,18 @@ pub async fn start(
     tasks.push(tokio::spawn(accept::accept_loop(
         node.clone(),
         listener,
+        Transport::Plain,
         shutdown.clone(),
     )));
+    if let Some((l, _)) = tls {
+        tracing::info!(addr = ?tls_addr, "bucketd listening for TLS clients");
+        tasks.push(tokio::spawn(accept::accept_loop(
+            node.clone(),
+            l,
+            Transport::Tls,
+            shutdown.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(sample_rates(node.clone(), shutdown.clone())));
     tasks.push(tokio::spawn(live::close_idle_clients(
         node.clone(),
@@ -248,6 +287,7 @@ pub async fn start(
     Ok(NodeHandle {
         addr,
         metrics_addr,
+        tls_addr,
         node,
         shutdown: trigger,
         tasks,

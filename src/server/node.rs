@@ -118,6 +118,8 @@ pub struct Node {
     pub client_buffer_bytes: AtomicUsize,
     /// When free heap memory was last handed back to the operating system (ms of uptime).
     pub(super) last_trim_ms: AtomicU64,
+    /// What takes TLS clients through their handshake, when the node has a TLS port.
+    pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Node {

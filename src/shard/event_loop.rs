@@ -23,7 +23,7 @@ pub(crate) fn run<A, F>(
     rt: tokio::runtime::Runtime,
     adopt: A,
 ) where
-    A: Fn(&CoreRef, std::net::TcpStream, Shutdown) -> Option<F>,
+    A: Fn(&CoreRef, std::net::TcpStream, super::msg::Transport, Shutdown) -> Option<F>,
     F: Future<Output = ()> + 'static,
 {
     let local = tokio::task::LocalSet::new();
@@ -97,8 +97,8 @@ pub(crate) fn run<A, F>(
                     core.borrow_mut().clear_part(slots, part);
                     let _ = reply.send(());
                 }
-                ShardMsg::Accept(std_stream) => {
-                    if let Some(serve) = adopt(&core, std_stream, shutdown.clone()) {
+                ShardMsg::Accept(std_stream, transport) => {
+                    if let Some(serve) = adopt(&core, std_stream, transport, shutdown.clone()) {
                         conns.spawn_local(serve);
                     }
                 }

@@ -21,4 +21,4 @@ pub(crate) use self::core::{CoreRef, Outcome, SWEEP_INTERVAL};
 pub use self::core::{ShardCore, ShardStats};
 pub(crate) use event_loop::run;
 pub(crate) use msg::{Answer, ShardGone, ShardHandle, ShardInbox};
-pub use msg::{ShardMsg, channel};
+pub use msg::{ShardMsg, Transport, channel};

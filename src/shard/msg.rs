@@ -64,8 +64,8 @@ pub enum ShardMsg {
         part: usize,
         reply: oneshot::Sender<()>,
     },
-    /// A new client connection to serve on this shard.
-    Accept(std::net::TcpStream),
+    /// A new client connection to serve on this shard, from the plain or the TLS port.
+    Accept(std::net::TcpStream, Transport),
     /// The node's caps were switched on or off: start or stop counting this shard's keys in
     /// them now, before the reply, so the change is in force on every shard once all replied.
     SyncCaps {
@@ -209,4 +209,12 @@ impl ShardInbox {
             }
         }
     }
+}
+
+/// Which listener a client connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Plain,
+    /// The TLS port: the shard runs the handshake before serving it.
+    Tls,
 }

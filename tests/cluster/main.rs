@@ -11,6 +11,7 @@ mod membership;
 mod metrics;
 mod network;
 mod partition;
+mod peer_auth;
 mod pipeline;
 mod processes;
 mod quiet;
