@@ -190,7 +190,7 @@ impl std::error::Error for CallError {}
 
 /// One message on a peer connection.
 #[derive(Serialize, Deserialize)]
-enum PeerFrame {
+pub enum PeerFrame {
     Request {
         id: u64,
         group: GroupId,
@@ -225,9 +225,14 @@ async fn read_frame(
     }
     buf.resize(len, 0);
     r.read_exact(buf).await?;
-    bincode::serde::decode_from_slice(buf, bincode::config::standard())
+    decode_peer_frame(buf).map_err(std::io::Error::other)
+}
+
+/// Decodes a frame's body (what follows its length).
+pub fn decode_peer_frame(bytes: &[u8]) -> Result<PeerFrame, String> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
         .map(|(f, _)| f)
-        .map_err(std::io::Error::other)
+        .map_err(|e| e.to_string())
 }
 
 /// Why a frame was not queued.
