@@ -230,7 +230,7 @@ async fn read_frame(
 
 /// Decodes a frame's body (what follows its length).
 pub fn decode_peer_frame(bytes: &[u8]) -> Result<PeerFrame, String> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+    crate::cluster::decode_bounded(bytes)
         .map(|(f, _)| f)
         .map_err(|e| e.to_string())
 }
