@@ -87,10 +87,16 @@ pub mod internals {
             pub use crate::cluster::node::{Cluster, ClusterSettings};
         }
         pub mod log_store {
-            pub use crate::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog};
+            pub use crate::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog, replay_len};
+        }
+        pub mod transport {
+            pub use crate::cluster::transport::{
+                PeerError, PeerFrame, Rpc, RpcOk, decode_peer_frame,
+            };
         }
     }
     pub mod protocol {
+        pub use crate::protocol::request::RequestParser;
         pub use crate::protocol::{ReplyWriter, Request, RequestLimits, parse_request};
     }
     pub mod rules {

@@ -128,7 +128,7 @@ impl MetaOp {
     }
 
     fn decode(bytes: &[u8]) -> io::Result<MetaOp> {
-        bincode::serde::decode_from_slice(bytes, cfg())
+        crate::cluster::decode_bounded(bytes)
             .map(|(op, _)| op)
             .map_err(io_err)
     }
@@ -474,7 +474,7 @@ impl MetaStore {
                 value: OwnedValue::Str(bytes),
                 ..
             }) => {
-                bincode::serde::decode_from_slice::<MetaState, _>(&bytes, cfg())
+                crate::cluster::decode_bounded::<MetaState>(&bytes)
                     .map_err(io_err)?
                     .0
             }

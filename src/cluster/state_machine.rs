@@ -104,7 +104,7 @@ impl<E: Executor> GroupStateMachine<E> {
             if path.exists() {
                 let bytes = std::fs::read(&path)?;
                 let (file, _): (SnapshotFile, usize) =
-                    bincode::serde::decode_from_slice(&bytes, bincode_cfg()).map_err(io_err)?;
+                    crate::cluster::decode_bounded(&bytes).map_err(io_err)?;
                 progress.current = Some((file.meta, file.data));
             }
         }
@@ -295,7 +295,7 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
         snapshot: Vec<u8>,
     ) -> Result<(), io::Error> {
         let (body, _): (SnapshotBody, usize) =
-            bincode::serde::decode_from_slice(&snapshot, bincode_cfg()).map_err(io_err)?;
+            crate::cluster::decode_bounded(&snapshot).map_err(io_err)?;
         self.exec.import(body.records).await?;
         store_snapshot(&self.progress, self.dir.as_deref(), meta, &snapshot)?;
         let mut p = lock(&self.progress);

@@ -227,7 +227,7 @@ impl std::error::Error for CallError {}
 
 /// One message on a peer connection.
 #[derive(Serialize, Deserialize)]
-enum PeerFrame {
+pub enum PeerFrame {
     Request {
         id: u64,
         group: GroupId,
@@ -337,9 +337,15 @@ async fn read_frame(
             break;
         }
     }
-    bincode::serde::decode_from_slice(buf, bincode::config::standard())
+    decode_peer_frame(buf).map_err(ReadError::Decode)
+}
+
+/// Decodes a message's bytes (what its frames carried), refusing lengths the bytes cannot
+/// hold.
+pub fn decode_peer_frame(bytes: &[u8]) -> Result<PeerFrame, String> {
+    crate::cluster::decode_bounded(bytes)
         .map(|(f, _)| f)
-        .map_err(|e| ReadError::Decode(e.to_string()))
+        .map_err(|e| e.to_string())
 }
 
 /// How a peer connection proves it belongs to the cluster, before any message is decoded.
@@ -367,9 +373,9 @@ impl std::fmt::Debug for PeerSecurity {
 /// cluster's secret does not verify.
 ///
 /// On the wire, all fixed sizes, before any frame:
-/// - dialer: `HELLO_MAGIC`, its node id (u64 LE), its nonce (48 bytes);
-/// - listener: its nonce, its proof (64 bytes);
-/// - dialer: its proof (32 bytes).
+/// - dialer: `HELLO_MAGIC`, its node id (u64 LE), its nonce (`NONCE_LEN` bytes);
+/// - listener: its nonce, then its proof (`PROOF_LEN` bytes);
+/// - dialer: its proof.
 ///
 /// Without a secret the dialer sends only its node id (8 bytes), as nodes always have.
 const PROOF_LABEL: &[u8] = b"bucketd-peer-v1";

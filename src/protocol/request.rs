@@ -184,7 +184,7 @@ pub fn parse_request(
 /// Invariant: between calls the caller only appends to the buffer; bytes before the end of
 /// the partial request are neither consumed nor changed.
 #[derive(Debug, Default)]
-pub(crate) struct RequestParser {
+pub struct RequestParser {
     partial: Partial,
 }
 
@@ -207,7 +207,7 @@ enum Partial {
 impl RequestParser {
     /// Parses the next request at the front of `buf` (see `parse_request`). `authed` false
     /// applies Redis's limits for clients that have not authenticated yet.
-    pub(crate) fn parse(
+    pub fn parse(
         &mut self,
         buf: &mut BytesMut,
         limits: &RequestLimits,

@@ -141,9 +141,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Record>, String> {
                 at + 8
             ));
         }
-        let (chunk, used): (Vec<Record>, usize) =
-            bincode::serde::decode_from_slice(body, bincode_config())
-                .map_err(|e| format!("a chunk does not decode: {e}"))?;
+        let (chunk, used): (Vec<Record>, usize) = crate::cluster::decode_bounded(body)
+            .map_err(|e| format!("a chunk does not decode: {e}"))?;
         if used != body.len() {
             return Err("a chunk has bytes after its records".into());
         }

@@ -293,9 +293,8 @@ pub(super) fn replay(bytes: &[u8]) -> io::Result<Replayed> {
                 )));
             }
         };
-        let (record, used): (LogRecord, usize) =
-            bincode::serde::decode_from_slice(payload, bincode_cfg())
-                .map_err(|e| invalid_data(format!("{LOG_FILE}: record at offset {pos}: {e}")))?;
+        let (record, used): (LogRecord, usize) = crate::cluster::decode_bounded(payload)
+            .map_err(|e| invalid_data(format!("{LOG_FILE}: record at offset {pos}: {e}")))?;
         if used != payload.len() {
             return Err(invalid_data(format!(
                 "{LOG_FILE}: record at offset {pos} has trailing bytes"

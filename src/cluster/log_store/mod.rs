@@ -65,3 +65,10 @@ mod writer;
 
 pub use format::COMPACT_MIN_BYTES;
 pub use storage::{GroupLog, NodeLog};
+
+/// Replays the contents of a `log.bin` as opening the log does, without touching the disk:
+/// how many of its bytes hold whole records (what follows is a torn tail, cut off at open),
+/// or why the file cannot be opened.
+pub fn replay_len(bytes: &[u8]) -> std::io::Result<u64> {
+    format::replay(bytes).map(|r| r.valid_len)
+}
