@@ -356,6 +356,14 @@ fn help_and_version() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
 
+/// Starts the binary with `args` and connects to it.
+async fn serve(args: &[&str]) -> (Proc, redis::aio::MultiplexedConnection) {
+    let mut p = Proc::spawn(args);
+    let addr = p.wait_listening();
+    let c = connect_url(&format!("redis://{addr}/")).await;
+    (p, c)
+}
+
 /// The snapshot's modification time, if it exists.
 fn dump_mtime(dir: &std::path::Path) -> Option<std::time::SystemTime> {
     std::fs::metadata(dir.join("dump.bkd"))
@@ -381,9 +389,7 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
             "0",
         ];
 
-        let mut p = Proc::spawn(&args);
-        let addr = p.wait_listening();
-        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let (mut p, mut c) = serve(&args).await;
         // A bucket of 3 per hour, all taken: a restart must not hand out a fresh burst.
         for _ in 0..3 {
             assert_eq!(
@@ -401,9 +407,7 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
         assert!(p.wait_exit(Duration::from_secs(20)).await.success());
         assert!(dir.join("dump.bkd").exists(), "a snapshot at shutdown");
 
-        let mut p = Proc::spawn(&args);
-        let addr = p.wait_listening();
-        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let (mut p, mut c) = serve(&args).await;
         assert_eq!(q::<i64>(&mut c, &["DBSIZE"]).await, keys);
         assert_eq!(
             limit(&mut c, &["CL.THROTTLE", "cell", "2", "3", "3600"]).await[0],
@@ -427,9 +431,7 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
             "--save-interval",
             "1",
         ];
-        let mut p = Proc::spawn(&args);
-        let addr = p.wait_listening();
-        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let (mut p, mut c) = serve(&args).await;
         let _: i64 = q(&mut c, &["INCRBY", "counter", "100"]).await;
         // Two snapshots written after the write: the second was begun after it.
         let mut seen = dump_mtime(&dir);
@@ -444,9 +446,7 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
         }
         p.child.kill().expect("kill -9");
         let _ = p.child.wait();
-        let mut p = Proc::spawn(&args);
-        let addr = p.wait_listening();
-        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let (mut p, mut c) = serve(&args).await;
         assert_eq!(q::<i64>(&mut c, &["GET", "counter"]).await, 142);
         assert_eq!(
             limit(&mut c, &["CL.THROTTLE", "cell", "2", "3", "3600"]).await[0],
@@ -466,9 +466,7 @@ async fn a_corrupt_or_torn_snapshot_is_refused_by_name() {
         let dir = temp_dir("corrupt");
         let d = dir.to_str().expect("utf-8 path");
         let args = ["--port", "0", "--data-dir", d, "--save-interval", "0"];
-        let mut p = Proc::spawn(&args);
-        let addr = p.wait_listening();
-        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let (mut p, mut c) = serve(&args).await;
         for i in 0..200 {
             let _: i64 = q(&mut c, &["INCR", &format!("k{i}")]).await;
         }
@@ -499,9 +497,7 @@ async fn a_corrupt_or_torn_snapshot_is_refused_by_name() {
         }
         // The whole file loads again.
         std::fs::write(&file, &good).expect("write");
-        let mut p = Proc::spawn(&args);
-        let addr = p.wait_listening();
-        let mut c = connect_url(&format!("redis://{addr}/")).await;
+        let (mut p, mut c) = serve(&args).await;
         assert_eq!(q::<i64>(&mut c, &["DBSIZE"]).await, 200);
         p.sigterm();
         assert!(p.wait_exit(Duration::from_secs(20)).await.success());

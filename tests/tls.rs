@@ -11,11 +11,11 @@ mod common;
 
 use bucketd::tls::{AuthClients, TlsFiles};
 use certs::Certs;
-use common::TestNode;
-use std::io::{Read, Write};
+use common::{TestNode, closed_within};
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -54,25 +54,6 @@ fn cli(port: u16, ca: &Path, id: Option<(&Path, &Path)>, args: &[&str]) -> Optio
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     (out.status.success() && !text.starts_with("Could not") && !err.contains("Could not"))
         .then_some(text)
-}
-
-fn closed_within(s: &mut std::net::TcpStream, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
-    let mut buf = [0u8; 1024];
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return true,
-        }
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

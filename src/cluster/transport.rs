@@ -750,20 +750,23 @@ impl Network {
         self.inner.queue_full.load(Ordering::Relaxed)
     }
 
+    /// Whether `every` has passed since `last_logged` (ms, 0: never) was set, setting it if
+    /// so: of threads asking at once, one gets true.
+    fn time_to_log(&self, last_logged: &AtomicU64, every: Duration) -> bool {
+        let now = self.now_ms();
+        let last = last_logged.load(Ordering::Relaxed);
+        let every = u64::try_from(every.as_millis()).unwrap_or(u64::MAX);
+        (last == 0 || now.saturating_sub(last) >= every)
+            && last_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
     /// Counts a frame refused by `peer`'s full queue, and says so in the log at most once per
     /// `FULL_LOG_EVERY`.
     fn note_queue_full(&self, peer: NodeId, what: &str) {
         let total = self.inner.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = self.now_ms();
-        let last = self.inner.queue_full_logged.load(Ordering::Relaxed);
-        let every = u64::try_from(FULL_LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
-        if (last == 0 || now.saturating_sub(last) >= every)
-            && self
-                .inner
-                .queue_full_logged
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.time_to_log(&self.inner.queue_full_logged, FULL_LOG_EVERY) {
             tracing::warn!(
                 peer,
                 total,
@@ -781,16 +784,7 @@ impl Network {
     /// `REFUSED_LOG_EVERY` (a flood of bad connections must not flood the log), else at debug.
     fn note_refused(&self, peer: &str, why: &dyn std::fmt::Display) {
         let total = self.inner.refused.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = self.now_ms();
-        let last = self.inner.refused_logged.load(Ordering::Relaxed);
-        let every = u64::try_from(REFUSED_LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
-        if (last == 0 || now.saturating_sub(last) >= every)
-            && self
-                .inner
-                .refused_logged
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if self.time_to_log(&self.inner.refused_logged, REFUSED_LOG_EVERY) {
             tracing::warn!(
                 peer,
                 total,

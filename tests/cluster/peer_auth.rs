@@ -4,6 +4,7 @@
 //! kept out; with `--tls-cluster`, nodes talk over mutual TLS and a peer without a certificate
 //! from the CA gets nowhere.
 
+use crate::common::closed_within;
 use crate::harness::*;
 use hmac::Mac;
 use std::io::{Read, Write};
@@ -150,26 +151,6 @@ async fn wait_serving(addrs: Vec<String>) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         client.call(&args, SERVE).await;
     }
-}
-
-/// Whether the node closes `s` within `limit` (reads end or fail), whatever it sent before.
-fn closed_within(s: &mut RawStream, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
-    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
-    let mut buf = [0u8; 4096];
-    while Instant::now() < deadline {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => return true,
-        }
-    }
-    false
 }
 
 fn refusals(log: &str) -> usize {

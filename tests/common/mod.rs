@@ -620,3 +620,23 @@ pub fn python_with_redis() -> bool {
         .map(|s| s.success())
         .unwrap_or(false)
 }
+
+/// Whether the node closes `s` within `limit` (reads end or fail), whatever it sent before.
+pub fn closed_within(s: &mut std::net::TcpStream, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
