@@ -378,16 +378,19 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
     bounded(async {
         let dir = temp_dir("persist");
         let d = dir.to_str().expect("utf-8 path");
-        let args = [
-            "--port",
-            "0",
-            "--shards",
-            "2",
-            "--data-dir",
-            d,
-            "--save-interval",
-            "0",
-        ];
+        let with_interval = |every| {
+            [
+                "--port",
+                "0",
+                "--shards",
+                "2",
+                "--data-dir",
+                d,
+                "--save-interval",
+                every,
+            ]
+        };
+        let args = with_interval("0");
 
         let (mut p, mut c) = serve(&args).await;
         // A bucket of 3 per hour, all taken: a restart must not hand out a fresh burst.
@@ -421,16 +424,7 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
         assert!(p.wait_exit(Duration::from_secs(20)).await.success());
 
         // Periodic snapshots: after kill -9, what the last one held is back.
-        let args = [
-            "--port",
-            "0",
-            "--shards",
-            "2",
-            "--data-dir",
-            d,
-            "--save-interval",
-            "1",
-        ];
+        let args = with_interval("1");
         let (mut p, mut c) = serve(&args).await;
         let _: i64 = q(&mut c, &["INCRBY", "counter", "100"]).await;
         // Two snapshots written after the write: the second was begun after it.

@@ -101,6 +101,20 @@ fn counter(name: &str, help: &str) -> Family {
     Family::new(name, help, MetricType::COUNTER)
 }
 
+/// A gauge family with one unlabelled sample.
+fn one_gauge(name: &str, help: &str, v: f64) -> Family {
+    let mut f = gauge(name, help);
+    f.gauge(&[], v);
+    f
+}
+
+/// A counter family with one unlabelled sample.
+fn one_counter(name: &str, help: &str, v: f64) -> Family {
+    let mut f = counter(name, help);
+    f.counter(&[], v);
+    f
+}
+
 fn histogram(name: &str, help: &str, h: &LatencySnapshot) -> Family {
     let mut f = Family::new(name, help, MetricType::HISTOGRAM);
     f.metric(&[], |m| {
@@ -142,63 +156,63 @@ pub(crate) fn render(node: &Node) -> String {
     };
     info.gauge(&[("version", super::node::VERSION), ("mode", mode)], 1.0);
     out.push(info);
-    let mut up = gauge("redis_up", "1 while the node answers.");
-    up.gauge(&[], 1.0);
-    out.push(up);
-    let mut uptime = gauge("redis_uptime_in_seconds", "Seconds since the node started.");
-    uptime.gauge(&[], node.started.elapsed().as_secs() as f64);
-    out.push(uptime);
+    out.push(one_gauge("redis_up", "1 while the node answers.", 1.0));
+    out.push(one_gauge(
+        "redis_uptime_in_seconds",
+        "Seconds since the node started.",
+        node.started.elapsed().as_secs() as f64,
+    ));
 
-    let mut clients = gauge("redis_connected_clients", "Client connections open now.");
-    clients.gauge(&[], node.connected_clients() as f64);
-    out.push(clients);
-    let mut maxc = gauge("redis_max_clients", "The most client connections allowed.");
-    maxc.gauge(&[], node.live.maxclients() as f64);
-    out.push(maxc);
-    let mut conns = counter(
+    out.push(one_gauge(
+        "redis_connected_clients",
+        "Client connections open now.",
+        node.connected_clients() as f64,
+    ));
+    out.push(one_gauge(
+        "redis_max_clients",
+        "The most client connections allowed.",
+        node.live.maxclients() as f64,
+    ));
+    out.push(one_counter(
         "redis_connections_received_total",
         "Client connections accepted.",
-    );
-    conns.counter(&[], st.connections_received.load(Ordering::Relaxed) as f64);
-    out.push(conns);
-    let mut rejected = counter(
+        st.connections_received.load(Ordering::Relaxed) as f64,
+    ));
+    out.push(one_counter(
         "redis_rejected_connections_total",
         "Client connections refused at maxclients.",
-    );
-    rejected.counter(&[], st.rejected_connections.load(Ordering::Relaxed) as f64);
-    out.push(rejected);
-    let mut commands = counter(
+        st.rejected_connections.load(Ordering::Relaxed) as f64,
+    ));
+    out.push(one_counter(
         "redis_commands_processed_total",
         "Requests handled, of any command.",
-    );
-    commands.counter(&[], sum(&|s| s.requests.load(Ordering::Relaxed)) as f64);
-    out.push(commands);
+        sum(&|s| s.requests.load(Ordering::Relaxed)) as f64,
+    ));
 
     let keys = sum(&|s| s.keys.load(Ordering::Relaxed));
     let mut db = gauge("redis_db_keys", "Keys held.");
     db.gauge(&[("db", "db0")], keys as f64);
     out.push(db);
-    let mut expired = counter("redis_expired_keys_total", "Keys removed as they expired.");
-    expired.counter(&[], sum(&|s| s.expired.load(Ordering::Relaxed)) as f64);
-    out.push(expired);
-    let mut used = gauge(
+    out.push(one_counter(
+        "redis_expired_keys_total",
+        "Keys removed as they expired.",
+        sum(&|s| s.expired.load(Ordering::Relaxed)) as f64,
+    ));
+    out.push(one_gauge(
         "redis_memory_used_bytes",
         "Bytes the keys take, by the node's own count.",
-    );
-    used.gauge(&[], sum(&|s| s.bytes.load(Ordering::Relaxed)) as f64);
-    out.push(used);
-    let mut rss = gauge(
+        sum(&|s| s.bytes.load(Ordering::Relaxed)) as f64,
+    ));
+    out.push(one_gauge(
         "redis_memory_used_rss_bytes",
         "Resident set size of the process.",
-    );
-    rss.gauge(&[], rss_bytes() as f64);
-    out.push(rss);
-    let mut maxmem = gauge(
+        rss_bytes() as f64,
+    ));
+    out.push(one_gauge(
         "redis_memory_max_bytes",
         "The memory cap for keys (0: none).",
-    );
-    maxmem.gauge(&[], node.live.caps.max_bytes() as f64);
-    out.push(maxmem);
+        node.live.caps.max_bytes() as f64,
+    ));
 
     let mut shard_keys = gauge("bucketd_shard_keys", "Keys held, by shard.");
     let mut shard_bytes = gauge(
@@ -234,12 +248,11 @@ pub(crate) fn render(node: &Node) -> String {
         errs.counter(&[("err", code)], *n as f64);
     }
     out.push(errs);
-    let mut proto = counter(
+    out.push(one_counter(
         "bucketd_protocol_errors_total",
         "Connections closed for a malformed request.",
-    );
-    proto.counter(&[], st.protocol_errors.load(Ordering::Relaxed) as f64);
-    out.push(proto);
+        st.protocol_errors.load(Ordering::Relaxed) as f64,
+    ));
 
     // Decisions, by command and by rule.
     let mut checks = counter(
