@@ -6,6 +6,7 @@
 
 use crate::common::closed_within;
 use crate::harness::*;
+use bucketd::internals::cluster::spec::ClusterSpec;
 use hmac::Mac;
 use std::io::{Read, Write};
 use std::net::TcpStream as RawStream;
@@ -31,12 +32,7 @@ struct Nodes {
 impl Nodes {
     fn new(n: u64, tag: &str) -> Nodes {
         let spec = local_spec(n, GROUPS);
-        let spec_arg = spec
-            .nodes
-            .iter()
-            .map(|n| format!("{}:{}:{}:{}", n.id, n.host, n.port, n.peer_port))
-            .collect::<Vec<_>>()
-            .join(",");
+        let spec_arg = ClusterSpec::format_nodes(&spec.nodes);
         Nodes {
             spec_arg,
             dir: TempDir::new(tag),

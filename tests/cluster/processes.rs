@@ -3,6 +3,7 @@
 //! again; then `kill -9` all three and start them: the bucket is still there.
 
 use crate::harness::*;
+use bucketd::internals::cluster::spec::ClusterSpec;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -154,12 +155,7 @@ async fn peek(p: &Procs, client: &mut Router, key: &str) -> (i64, u64) {
 async fn killed_processes_lose_no_acknowledged_check() {
     bounded(async {
         let spec = local_spec(3, GROUPS);
-        let spec_arg = spec
-            .nodes
-            .iter()
-            .map(|n| format!("{}:{}:{}:{}", n.id, n.host, n.port, n.peer_port))
-            .collect::<Vec<_>>()
-            .join(",");
+        let spec_arg = ClusterSpec::format_nodes(&spec.nodes);
         let mut p = Procs {
             spec_arg,
             dir: TempDir::new("procs"),

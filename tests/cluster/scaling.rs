@@ -16,6 +16,7 @@
 //! does); `SCALING_LOG` sets their log filter (default `warn`).
 
 use crate::harness::*;
+use bucketd::internals::cluster::spec::ClusterSpec;
 use redis::cluster_async::ClusterConnection;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -884,12 +885,7 @@ async fn clients_see_only_moved_while_the_cluster_scales_under_load() {
     bounded(async {
         let t_start = Instant::now();
         let spec = local_spec(3, GROUPS);
-        let spec_arg = spec
-            .nodes
-            .iter()
-            .map(|n| format!("{}:{}:{}:{}", n.id, n.host, n.port, n.peer_port))
-            .collect::<Vec<_>>()
-            .join(",");
+        let spec_arg = ClusterSpec::format_nodes(&spec.nodes);
         let mut p = Procs {
             spec_arg,
             dir: TempDir::new("scaling"),
