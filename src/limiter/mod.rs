@@ -36,6 +36,9 @@ pub enum Algorithm {
     Sliding,
     /// Fixed window starting at the first request, like INCR + EXPIRE.
     Fixed,
+    /// Fixed window aligned to multiples of the period since the epoch: every key's window
+    /// turns over at the same instant (envoyproxy/ratelimit's counting).
+    Aligned,
 }
 
 impl Algorithm {
@@ -45,6 +48,7 @@ impl Algorithm {
             Algorithm::Gcra => "gcra",
             Algorithm::Sliding => "sliding",
             Algorithm::Fixed => "fixed",
+            Algorithm::Aligned => "aligned",
         }
     }
 }
@@ -58,12 +62,17 @@ impl fmt::Display for Algorithm {
 impl FromStr for Algorithm {
     type Err = RuleError;
 
-    /// Case-insensitive: `gcra`, `sliding` or `fixed`.
+    /// Case-insensitive: `gcra`, `sliding`, `fixed` or `aligned`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        [Algorithm::Gcra, Algorithm::Sliding, Algorithm::Fixed]
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(s))
-            .ok_or(RuleError::UnknownAlgorithm)
+        [
+            Algorithm::Gcra,
+            Algorithm::Sliding,
+            Algorithm::Fixed,
+            Algorithm::Aligned,
+        ]
+        .into_iter()
+        .find(|a| a.name().eq_ignore_ascii_case(s))
+        .ok_or(RuleError::UnknownAlgorithm)
     }
 }
 
@@ -115,7 +124,7 @@ impl Rule {
                 }
                 burst
             }
-            Algorithm::Sliding | Algorithm::Fixed => limit,
+            Algorithm::Sliding | Algorithm::Fixed | Algorithm::Aligned => limit,
         };
         Ok(Rule {
             algorithm,
@@ -188,7 +197,9 @@ impl fmt::Display for RuleError {
             RuleError::RateTooHigh => "rate too high: period / limit must be at least 1ns",
             RuleError::BurstTooLarge => "burst too large for this rate",
             RuleError::BurstNotAllowed => "burst is only allowed for gcra",
-            RuleError::UnknownAlgorithm => "unknown algorithm (expected gcra, sliding or fixed)",
+            RuleError::UnknownAlgorithm => {
+                "unknown algorithm (expected gcra, sliding, fixed or aligned)"
+            }
             RuleError::Syntax => "expected [ALGO:]LIMIT/PERIOD[:BURST]",
             RuleError::BadNumber => "expected a positive decimal integer",
             RuleError::UnknownUnit => "unknown period unit (expected ns, us, ms, s, m, h or d)",
@@ -266,6 +277,8 @@ pub enum State {
     Fixed { start: u64, count: u64 },
     /// Start of the current aligned window and the counts of the previous and current windows.
     Sliding { start: u64, prev: u64, cur: u64 },
+    /// Start of the aligned window (a multiple of the period) and units counted in it.
+    Aligned { start: u64, count: u64 },
 }
 
 impl State {
@@ -274,6 +287,7 @@ impl State {
             State::Gcra { .. } => Algorithm::Gcra,
             State::Fixed { .. } => Algorithm::Fixed,
             State::Sliding { .. } => Algorithm::Sliding,
+            State::Aligned { .. } => Algorithm::Aligned,
         }
     }
 }
@@ -320,6 +334,10 @@ pub fn check(rule: &Rule, state: Option<State>, cost: u64, now: u64) -> Outcome 
             window::check_sliding(rule, Some((start, prev, cur)), cost, now)
         }
         (Algorithm::Sliding, _) => window::check_sliding(rule, None, cost, now),
+        (Algorithm::Aligned, Some(State::Aligned { start, count })) => {
+            window::check_aligned(rule, Some((start, count)), cost, now)
+        }
+        (Algorithm::Aligned, _) => window::check_aligned(rule, None, cost, now),
     };
     let kept = new_state.or(state.filter(|s| s.algorithm() == rule.algorithm));
     Outcome {
@@ -342,6 +360,9 @@ pub fn refund(rule: &Rule, state: State, cost: u64, now: u64) -> Option<State> {
         (Algorithm::Sliding, State::Sliding { start, prev, cur }) => {
             window::refund_sliding(rule, (start, prev, cur), cost, now)
         }
+        (Algorithm::Aligned, State::Aligned { start, count }) => {
+            window::refund_aligned(rule, start, count, cost, now)
+        }
         _ => None,
     }
 }
@@ -356,6 +377,7 @@ pub fn expires_at(rule: &Rule, state: &State) -> u64 {
         (Algorithm::Sliding, State::Sliding { start, prev, cur }) => {
             window::sliding_expiry(rule, start, prev, cur)
         }
+        (Algorithm::Aligned, State::Aligned { start, .. }) => window::fixed_expiry(rule, start),
         _ => 0,
     }
 }

@@ -1,6 +1,9 @@
-//! Window limiters: the fixed window (what INCR + EXPIRE gives) and the sliding window counter.
+//! Window limiters: the fixed window (what INCR + EXPIRE gives), the aligned window and the
+//! sliding window counter.
 //!
-//! The fixed window opens at the first request and lasts one period. The sliding window keeps the
+//! The fixed window opens at the first request and lasts one period. The aligned window is a
+//! fixed window that opens at multiples of the period since the epoch, as envoyproxy/ratelimit's
+//! counters do. The sliding window keeps the
 //! counts of two windows aligned to multiples of the period since the epoch and weights the previous
 //! one by how much of it still overlaps the last period. Sliding arithmetic runs in u128 so that
 //! `start + 2 * period` and `count * period` never overflow.
@@ -14,11 +17,37 @@ pub(crate) fn check_fixed(
     cost: u64,
     now: u64,
 ) -> (Decision, Option<State>) {
-    let period = rule.period_ns.max(1);
     // Once a window is over, the next request opens a new one at its own time.
+    let (d, w) = check_window(rule, window, cost, now, now);
+    (d, w.map(|(start, count)| State::Fixed { start, count }))
+}
+
+/// Decision for a window aligned to multiples of the period since the epoch (the windows
+/// envoyproxy/ratelimit counts in), stored as `(start, count)`.
+pub(crate) fn check_aligned(
+    rule: &Rule,
+    window: Option<(u64, u64)>,
+    cost: u64,
+    now: u64,
+) -> (Decision, Option<State>) {
+    let opens = now - now % rule.period_ns.max(1);
+    let (d, w) = check_window(rule, window, cost, now, opens);
+    (d, w.map(|(start, count)| State::Aligned { start, count }))
+}
+
+/// One window of `rule.limit` units: the stored one while it lasts, else a new one opening at
+/// `opens`. Gives the decision and, when allowed, the window to store.
+fn check_window(
+    rule: &Rule,
+    window: Option<(u64, u64)>,
+    cost: u64,
+    now: u64,
+    opens: u64,
+) -> (Decision, Option<(u64, u64)>) {
+    let period = rule.period_ns.max(1);
     let (start, count) = window
         .filter(|&(start, _)| now < start.saturating_add(period))
-        .unwrap_or((now, 0));
+        .unwrap_or((opens, 0));
     let left = start.saturating_add(period).saturating_sub(now);
     let mut decision = Decision {
         allowed: true,
@@ -35,7 +64,7 @@ pub(crate) fn check_fixed(
         Some(used) => {
             decision.remaining = rule.limit - used;
             decision.reset_after_ns = left;
-            (decision, Some(State::Fixed { start, count: used }))
+            (decision, Some((start, used)))
         }
         None => {
             decision.allowed = false;
@@ -57,6 +86,20 @@ pub(crate) fn refund_fixed(
     let live = now < fixed_expiry(rule, start);
     let count = count.saturating_sub(cost);
     (live && count > 0).then_some(State::Fixed { start, count })
+}
+
+/// Takes `cost` back from a live aligned window.
+pub(crate) fn refund_aligned(
+    rule: &Rule,
+    start: u64,
+    count: u64,
+    cost: u64,
+    now: u64,
+) -> Option<State> {
+    refund_fixed(rule, start, count, cost, now).map(|s| match s {
+        State::Fixed { start, count } => State::Aligned { start, count },
+        other => other,
+    })
 }
 
 pub(crate) fn fixed_expiry(rule: &Rule, start: u64) -> u64 {
@@ -224,7 +267,7 @@ pub(crate) fn sliding_expiry(rule: &Rule, start: u64, prev: u64, cur: u64) -> u6
 
 #[cfg(test)]
 mod tests {
-    use crate::limiter::{Algorithm, Decision, Rule, State, check, expires_at, refund};
+    use crate::limiter::{Algorithm, Decision, Rule, State, check, expires_at, parse_spec, refund};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -289,6 +332,47 @@ mod tests {
                 start: t0 + SEC,
                 count: 3
             })
+        );
+    }
+
+    #[test]
+    fn aligned_window_turns_over_at_multiples_of_the_period() {
+        let r = Rule::new(Algorithm::Aligned, 2, SEC, None).unwrap();
+        // Opened 700 ms into a second: the window still ends at the next whole second.
+        let t0 = (NOW / SEC) * SEC + 700 * MS;
+        let out = check(&r, None, 1, t0);
+        assert!(out.decision.allowed);
+        assert_eq!(out.decision.reset_after_ns, 300 * MS);
+        assert_eq!(
+            out.new_state,
+            Some(State::Aligned {
+                start: t0 - 700 * MS,
+                count: 1
+            })
+        );
+        assert_eq!(out.expires_at, t0 + 300 * MS);
+        let state = check(&r, out.new_state, 1, t0 + 100 * MS).new_state;
+        let denied = check(&r, state, 1, t0 + 299 * MS);
+        assert!(!denied.decision.allowed);
+        assert_eq!(denied.decision.retry_after_ns, Some(MS));
+        // The next second is a new window, however recently the last one filled.
+        let next = check(&r, state, 2, t0 + 300 * MS);
+        assert!(next.decision.allowed);
+        assert_eq!(next.decision.remaining, 0);
+        // A fixed window's state is not an aligned one's, and the other way round.
+        let fixed_state = check(&fixed(2, SEC), None, 2, t0).new_state;
+        assert_eq!(check(&r, fixed_state, 0, t0).decision.remaining, 2);
+        let back = refund(&r, next.new_state.unwrap(), 1, t0 + 400 * MS);
+        assert_eq!(
+            back,
+            Some(State::Aligned {
+                start: t0 + 300 * MS,
+                count: 1
+            })
+        );
+        assert_eq!(
+            parse_spec("aligned:5/1m").unwrap().to_string(),
+            "aligned:5/60000ms"
         );
     }
 

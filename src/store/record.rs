@@ -62,6 +62,7 @@ const T_INT: u8 = 4; // value
 const T_INT_EXP: u8 = 5; // value, expiry
 const T_STR: u8 = 6; // len u32, bytes
 const T_STR_EXP: u8 = 7; // expiry, len u32, bytes
+const T_ALIGNED: u8 = 8; // expiry, start, count
 const T_DEAD: u8 = 0xFF;
 
 #[inline]
@@ -121,7 +122,7 @@ pub(super) fn payload_len(a: &[u8], tag: u8, at: usize) -> usize {
     match tag {
         T_GCRA | T_INT => 8,
         T_GCRA_EXP | T_INT_EXP => 16,
-        T_FIXED => 24,
+        T_FIXED | T_ALIGNED => 24,
         T_SLIDING => 32,
         T_STR => 4 + rd32(a, at) as usize,
         T_STR_EXP => 12 + rd32(a, at + 8) as usize,
@@ -154,6 +155,13 @@ pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
         },
         T_FIXED => EntryView {
             value: Value::Bucket(State::Fixed {
+                start: rd64(a, p + 8),
+                count: rd64(a, p + 16),
+            }),
+            expires_at: rd64(a, p),
+        },
+        T_ALIGNED => EntryView {
+            value: Value::Bucket(State::Aligned {
                 start: rd64(a, p + 8),
                 count: rd64(a, p + 16),
             }),
@@ -213,6 +221,12 @@ pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, out: &mut Vec<u8
         }
         Value::Bucket(State::Fixed { start, count }) => {
             out.push(T_FIXED);
+            push(out, expires_at);
+            push(out, start);
+            push(out, count);
+        }
+        Value::Bucket(State::Aligned { start, count }) => {
+            out.push(T_ALIGNED);
             push(out, expires_at);
             push(out, start);
             push(out, count);
