@@ -250,6 +250,24 @@ pub enum KeyCmd {
     /// A change to the cluster's metadata, encoded (`cluster::meta::MetaOp`): only the
     /// metadata group's log carries it, and only its state machine applies it.
     Meta(Bytes),
+    /// Several limits decided together, each with its own cost; every key is owned by this
+    /// shard. Nothing is taken unless every limit not marked `shadow` passes; then each limit
+    /// that passes is taken, shadow ones included. A shadow limit is decided and reported as
+    /// it stands, but never refuses the set.
+    CheckSet {
+        keys: Vec<Bytes>,
+        rules: Vec<Rule>,
+        costs: Vec<u64>,
+        shadow: Vec<bool>,
+        peek: bool,
+    },
+    /// Gives back `costs[i]` units on `keys[i]`: what a `CheckSet` took, when a sibling share
+    /// of the same set was refused.
+    RefundSet {
+        keys: Vec<Bytes>,
+        rules: Vec<Rule>,
+        costs: Vec<u64>,
+    },
 }
 
 /// A limit decision as it goes on the wire:
@@ -265,6 +283,7 @@ impl KeyCmd {
                 | KeyCmd::Check { .. }
                 | KeyCmd::CheckAll { .. }
                 | KeyCmd::Lease { .. }
+                | KeyCmd::CheckSet { .. }
         )
     }
 
@@ -452,7 +471,7 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             cost,
             peek,
         } => limits::check_all(store, keys, rules, *cost, *peek, now, stats),
-        KeyCmd::Refund { keys, rules, cost } => limits::refund(store, keys, rules, *cost, now),
+        KeyCmd::Refund { keys, rules, cost } => limits::refund(store, keys, rules, |_| *cost, now),
         KeyCmd::Lease { key, rule, max } => limits::lease(store, key, rule, *max, now, stats),
         KeyCmd::DbSize => server::dbsize(store),
         KeyCmd::FlushAll => server::flushall(store),
@@ -488,6 +507,20 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             now,
         ),
         KeyCmd::Meta(_) => Reply::err("ERR metadata changes go to the metadata group"),
+        KeyCmd::CheckSet {
+            keys,
+            rules,
+            costs,
+            shadow,
+            peek,
+        } => limits::check_set(store, keys, rules, costs, shadow, *peek, now, stats),
+        KeyCmd::RefundSet { keys, rules, costs } => limits::refund(
+            store,
+            keys,
+            rules,
+            |i| costs.get(i).copied().unwrap_or(0),
+            now,
+        ),
     }
 }
 

@@ -171,22 +171,44 @@ pub(super) fn check_all(
     stats: &mut ExecStats,
 ) -> Reply {
     stats.checks += 1;
-    let r = check_all_once(store, keys, rules, cost, peek, now);
+    let r = check_all_once(store, keys, rules, |_| cost, |_| false, peek, now);
     if let Reply::LimitAll(summary, _) = &r {
         stats.decision(CheckKind::CheckAll, summary[0] != 0);
     }
     r
 }
 
-/// Gives back what a `CheckAll` on this shard took, when a sibling shard refused.
+/// A set of limits with a cost each, some of them in shadow mode (see `KeyCmd::CheckSet`).
+/// Its decisions are counted where the set was asked for, once, not per shard.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn check_set(
+    store: &mut Store,
+    keys: &[Bytes],
+    rules: &[Rule],
+    costs: &[u64],
+    shadow: &[bool],
+    peek: bool,
+    now: u64,
+    stats: &mut ExecStats,
+) -> Reply {
+    if costs.len() != keys.len() || shadow.len() != keys.len() || rules.len() != keys.len() {
+        return Reply::err("ERR internal error: a limit set's parts differ in length");
+    }
+    stats.checks += 1;
+    check_all_once(store, keys, rules, |i| costs[i], |i| shadow[i], peek, now)
+}
+
+/// Gives back what a `CheckAll` or a `CheckSet` on this shard took (`cost(i)` on `keys[i]`),
+/// when a sibling shard refused.
 pub(super) fn refund(
     store: &mut Store,
     keys: &[Bytes],
     rules: &[Rule],
-    cost: u64,
+    cost: impl Fn(usize) -> u64,
     now: u64,
 ) -> Reply {
-    for (key, rule) in keys.iter().zip(rules) {
+    for (i, (key, rule)) in keys.iter().zip(rules).enumerate() {
+        let cost = cost(i);
         if let Slot::Live(mut live) = store.slot(key, now)
             && let Value::Bucket(state) = live.get().value
         {
@@ -220,29 +242,37 @@ fn check_one(
     Ok(out.decision)
 }
 
+/// Decides every limit, then takes them only if all pass (a limit for which `shadow(i)` holds
+/// never stops the others, and is taken only when it passes itself); `cost(i)` is what
+/// `keys[i]` costs.
 fn check_all_once(
     store: &mut Store,
     keys: &[Bytes],
     rules: &[Rule],
-    cost: u64,
+    cost: impl Fn(usize) -> u64,
+    shadow: impl Fn(usize) -> bool,
     peek: bool,
     now: u64,
 ) -> Reply {
     // Evaluate every limit first, commit only if all pass: within one shard nothing can
     // interleave, so this is atomic.
     let mut outcomes = Vec::with_capacity(keys.len());
-    for (key, rule) in keys.iter().zip(rules) {
+    for (i, (key, rule)) in keys.iter().zip(rules).enumerate() {
         let state = match store.get(key, now).map(|e| e.value) {
             None => None,
             Some(Value::Bucket(s)) => Some(s),
             Some(_) => return Reply::err(WRONGTYPE),
         };
-        outcomes.push((state, limiter::check(rule, state, cost, now)));
+        outcomes.push((state, limiter::check(rule, state, cost(i), now)));
     }
-    let allowed = outcomes.iter().all(|(_, o)| o.decision.allowed);
+    let allowed = outcomes
+        .iter()
+        .enumerate()
+        .all(|(i, (_, o))| o.decision.allowed || shadow(i));
     if allowed && !peek {
         for (key, (_, out)) in keys.iter().zip(&outcomes) {
-            if let Some(s) = out.new_state
+            if out.decision.allowed
+                && let Some(s) = out.new_state
                 && let Err(e) = store_state(store.slot(key, now), s, out.expires_at)
             {
                 return e;

@@ -966,6 +966,8 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::ExpireTime { .. }
         | KeyCmd::IncrByFloat { .. }
         | KeyCmd::MSet { .. }
-        | KeyCmd::Meta(_) => false,
+        | KeyCmd::Meta(_)
+        | KeyCmd::CheckSet { .. }
+        | KeyCmd::RefundSet { .. } => false,
     }
 }

@@ -12,6 +12,7 @@
 mod accept;
 pub(crate) mod conn;
 pub(crate) mod info;
+pub(crate) mod limit_set;
 pub(crate) mod live;
 mod metrics;
 pub(crate) mod node;
@@ -48,6 +49,8 @@ pub struct NodeHandle {
     pub metrics_addr: Option<SocketAddr>,
     /// The address of its TLS client listener, if it has one.
     pub tls_addr: Option<SocketAddr>,
+    /// Where Envoy's rate limit service (gRPC) listens, when it is on.
+    pub grpc_addr: Option<SocketAddr>,
     /// The node's shared state: not an API, for the crate's own tests.
     #[doc(hidden)]
     pub node: Arc<Node>,
@@ -102,6 +105,18 @@ pub async fn start(
             .map_err(StartError::Join)?;
     }
     let rules = RuleStore::open(settings.rules.clone()).map_err(StartError::Rules)?;
+    let rls = match (&settings.rls_config, settings.grpc_port) {
+        (Some(path), _) => Some(Arc::new(crate::rls::Rls::open(
+            path.clone(),
+            settings.rls_response_headers,
+        )?)),
+        (None, Some(_)) => {
+            return Err(StartError::Rls(
+                "--grpc-port needs a rate limit configuration (--rls-config FILE|DIR)".into(),
+            ));
+        }
+        (None, None) => None,
+    };
     let listener = TcpListener::bind((settings.bind.as_str(), settings.port))
         .await
         .map_err(|error| StartError::Listen {
@@ -163,6 +178,7 @@ pub async fn start(
         client_buffer_bytes: AtomicUsize::new(0),
         last_trim_ms: AtomicU64::new(0),
         tls_acceptor: tls.as_ref().map(|(_, a)| a.clone()),
+        rls,
     });
     let mut threads = Vec::with_capacity(n);
     let mut runtimes = Vec::with_capacity(n);
@@ -280,6 +296,31 @@ pub async fn start(
             shutdown.clone(),
         )));
     }
+    let mut grpc_addr = None;
+    if let Some(rls) = &node.rls {
+        if let Some(port) = node.settings.grpc_port {
+            let at = format!("{}:{port}", node.settings.bind);
+            let listener = TcpListener::bind(&at)
+                .await
+                .map_err(|error| StartError::Listen { addr: at, error })?;
+            let gaddr = listener.local_addr().map_err(StartError::Socket)?;
+            tracing::info!(%gaddr, "Envoy rate limit service (gRPC) listening on {gaddr}");
+            grpc_addr = Some(gaddr);
+            tasks.push(tokio::spawn(crate::rls::serve(
+                node.clone(),
+                rls.clone(),
+                listener,
+                shutdown.clone(),
+            )));
+        }
+        if node.settings.rules_reload_ms > 0 {
+            tasks.push(tokio::spawn(crate::rls::watch(
+                rls.clone(),
+                Duration::from_millis(node.settings.rules_reload_ms),
+                shutdown.clone(),
+            )));
+        }
+    }
     if node.rules.file().is_some() && node.settings.rules_reload_ms > 0 {
         tasks.push(tokio::spawn(watch_rules(node.clone(), shutdown)));
     }
@@ -288,6 +329,7 @@ pub async fn start(
         addr,
         metrics_addr,
         tls_addr,
+        grpc_addr,
         node,
         shutdown: trigger,
         tasks,

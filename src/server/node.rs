@@ -120,6 +120,8 @@ pub struct Node {
     pub(super) last_trim_ms: AtomicU64,
     /// What takes TLS clients through their handshake, when the node has a TLS port.
     pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// Envoy's rate limit service, when it is configured.
+    pub(crate) rls: Option<Arc<crate::rls::Rls>>,
 }
 
 impl Node {
@@ -140,12 +142,12 @@ impl Node {
         self.connected.load(Ordering::Relaxed)
     }
 
-    pub(super) fn shard_of(&self, key: &[u8]) -> usize {
+    pub(crate) fn shard_of(&self, key: &[u8]) -> usize {
         self.slot_owner(key_slot(key))
     }
 
     /// The shard that owns a hash slot.
-    pub(super) fn slot_owner(&self, slot: u16) -> usize {
+    pub(crate) fn slot_owner(&self, slot: u16) -> usize {
         usize::from(self.slot_shard[usize::from(slot) % self.slot_shard.len()])
     }
 

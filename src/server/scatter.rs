@@ -1,9 +1,11 @@
 //! Commands whose keys live on several shards: the connection sends each shard its share,
-//! gathers the replies back into request order, and gives back what a refused check took.
+//! gathers the replies back into request order, and (through `limit_set`) gives back what a
+//! refused check took.
 
 use super::conn::Conn;
+use super::limit_set::{self, Parts, SetError, SetLimit};
 use crate::cmd::MultiCmd;
-use crate::cmd::keyed::{KeyCmd, LimitReply, Reply, summarize};
+use crate::cmd::keyed::{KeyCmd, Reply, summarize};
 use crate::shard::{Answer, ShardGone};
 use bytes::Bytes;
 use tokio::sync::oneshot;
@@ -104,76 +106,21 @@ impl Conn {
                 cost,
                 peek,
             } => {
-                // Each shard checks its limits atomically; if any shard refuses, the shards
-                // that consumed give it back. A concurrent check may briefly see those units
-                // taken (it can be refused, never over-admitted).
-                let groups = self.by_shard(&keys);
-                let mut waits = Vec::new();
-                for (s, idx) in groups.iter().enumerate() {
-                    if idx.is_empty() {
-                        continue;
-                    }
-                    let cmd = KeyCmd::CheckAll {
-                        keys: idx.iter().map(|&i| keys[i].clone()).collect(),
-                        rules: idx.iter().map(|&i| rules[i]).collect(),
+                let limits: Vec<SetLimit> = keys
+                    .into_iter()
+                    .zip(rules)
+                    .map(|(key, rule)| SetLimit {
+                        key,
+                        rule,
                         cost,
-                        peek,
-                    };
-                    waits.push((s, self.dispatch(s, vec![cmd]).await?));
+                        shadow: false,
+                    })
+                    .collect();
+                match limit_set::decide(&*self, &limits, peek).await {
+                    Ok(o) => Ok(Reply::LimitAll(summarize(&o.each, o.allowed), o.each)),
+                    Err(SetError::Reply(r)) => Ok(r),
+                    Err(SetError::Gone) => Err(ShardGone),
                 }
-                let mut each: Vec<LimitReply> = vec![[0; 5]; keys.len()];
-                let mut shard_ok = vec![true; n];
-                for (s, p) in waits {
-                    match p.replies().await?.into_iter().next() {
-                        Some(Reply::LimitAll(summary, per)) => {
-                            shard_ok[s] = summary[0] == 1;
-                            for (j, &i) in groups[s].iter().enumerate() {
-                                if let Some(r) = per.get(j) {
-                                    each[i] = *r;
-                                }
-                            }
-                        }
-                        Some(other) => return Ok(other),
-                        None => return Ok(Reply::err("ERR internal error: missing reply")),
-                    }
-                }
-                let allowed = shard_ok.iter().all(|&ok| ok);
-                if !allowed {
-                    // Shards whose limits all passed give back what they took (unless this was
-                    // a peek), then report what those limits have now, exactly as a refused
-                    // check on a single shard reports its passing limits.
-                    for (s, idx) in groups.iter().enumerate() {
-                        if idx.is_empty() || !shard_ok[s] {
-                            continue;
-                        }
-                        let keys_s: Vec<Bytes> = idx.iter().map(|&i| keys[i].clone()).collect();
-                        let rules_s: Vec<_> = idx.iter().map(|&i| rules[i]).collect();
-                        let mut cmds = Vec::with_capacity(2);
-                        if !peek {
-                            cmds.push(KeyCmd::Refund {
-                                keys: keys_s.clone(),
-                                rules: rules_s.clone(),
-                                cost,
-                            });
-                        }
-                        cmds.push(KeyCmd::CheckAll {
-                            keys: keys_s,
-                            rules: rules_s,
-                            cost: 0,
-                            peek: true,
-                        });
-                        let replies = self.dispatch(s, cmds).await?.replies().await?;
-                        if let Some(Reply::LimitAll(_, now)) = replies.last() {
-                            for (j, &i) in idx.iter().enumerate() {
-                                if let Some(r) = now.get(j) {
-                                    each[i] = *r;
-                                    each[i][0] = 1;
-                                }
-                            }
-                        }
-                    }
-                }
-                Ok(Reply::LimitAll(summarize(&each, allowed), each))
             }
         }
     }
@@ -237,5 +184,25 @@ impl Conn {
                 self.node.shards[s].submit(cmds, usize::MAX).await?,
             ))
         }
+    }
+}
+
+/// A standalone node's shards, seen from one connection: its own shard runs a share inline.
+impl Parts for Conn {
+    fn part_of(&self, key: &[u8]) -> usize {
+        self.node.shard_of(key)
+    }
+
+    async fn run(
+        &self,
+        part: usize,
+        _slot: u16,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<Vec<Reply>, SetError> {
+        let share = self
+            .dispatch(part, cmds)
+            .await
+            .map_err(|_| SetError::Gone)?;
+        share.replies().await.map_err(|_| SetError::Gone)
     }
 }
