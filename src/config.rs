@@ -105,6 +105,18 @@ pub struct Flags {
     /// free port, printed in the log).
     #[arg(long)]
     pub metrics_port: Option<u16>,
+    /// Serve Envoy's rate limit service (gRPC, envoy.service.ratelimit.v3) on this port (off
+    /// unless given; 0 picks a free port, printed in the log). Needs --rls-config.
+    #[arg(long)]
+    pub grpc_port: Option<u16>,
+    /// envoyproxy/ratelimit's YAML configuration for the rate limit service: a file, or a
+    /// directory of *.yaml files; re-read when it changes (every rules-reload-ms).
+    #[arg(long)]
+    pub rls_config: Option<PathBuf>,
+    /// Add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the rate limit
+    /// service's answers, for Envoy to set on the response (yes|no, default no).
+    #[arg(long)]
+    pub rls_response_headers: Option<String>,
     /// Standalone node with --data-dir: seconds between snapshots of the keys, besides the
     /// one taken at shutdown (0 = only at shutdown; default 60).
     #[arg(long)]
@@ -182,6 +194,12 @@ struct FileSettings {
     announce_host: Option<String>,
     #[serde(alias = "metrics_port")]
     metrics_port: Option<u16>,
+    #[serde(alias = "grpc_port")]
+    grpc_port: Option<u16>,
+    #[serde(alias = "rls_config")]
+    rls_config: Option<PathBuf>,
+    #[serde(alias = "rls_response_headers")]
+    rls_response_headers: Option<bool>,
     #[serde(alias = "save_interval")]
     save_interval: Option<u64>,
     /// Named users: `[users.NAME]` with `password` and `readonly`.
@@ -284,6 +302,13 @@ pub struct Settings {
     pub users: Vec<User>,
     /// Where the metrics endpoint listens, if it is on.
     pub metrics_port: Option<u16>,
+    /// Where Envoy's rate limit service listens, if it is on.
+    pub grpc_port: Option<u16>,
+    /// The rate limit service's configuration (envoyproxy/ratelimit YAML: a file or a
+    /// directory).
+    pub rls_config: Option<PathBuf>,
+    /// Whether the rate limit service's answers carry the RateLimit-* headers.
+    pub rls_response_headers: bool,
     /// A standalone node's snapshot directory (a cluster keeps its data in `cluster`).
     pub data_dir: Option<PathBuf>,
     /// Seconds between a standalone node's snapshots (0: only at shutdown).
@@ -395,6 +420,9 @@ impl Default for Settings {
             log: "info,openraft=error".into(),
             users: Vec::new(),
             metrics_port: None,
+            grpc_port: None,
+            rls_config: None,
+            rls_response_headers: false,
             data_dir: None,
             save_interval: 60,
             cluster: None,
@@ -654,6 +682,15 @@ impl Settings {
         if f.metrics_port.is_some() {
             self.metrics_port = f.metrics_port;
         }
+        if f.grpc_port.is_some() {
+            self.grpc_port = f.grpc_port;
+        }
+        if f.rls_config.is_some() {
+            self.rls_config = f.rls_config;
+        }
+        if let Some(v) = f.rls_response_headers {
+            self.rls_response_headers = v;
+        }
         if let Some(u) = f.users {
             self.users = users_from_file(u)?;
         }
@@ -693,6 +730,23 @@ impl Settings {
         }
         if f.metrics_port.is_some() {
             self.metrics_port = f.metrics_port;
+        }
+        if f.grpc_port.is_some() {
+            self.grpc_port = f.grpc_port;
+        }
+        if f.rls_config.is_some() {
+            self.rls_config = f.rls_config.clone();
+        }
+        if let Some(v) = &f.rls_response_headers {
+            self.rls_response_headers = match v.to_ascii_lowercase().as_str() {
+                "yes" | "true" => true,
+                "no" | "false" => false,
+                _ => {
+                    return Err(format!(
+                        "--rls-response-headers: expected yes or no, got '{v}'"
+                    ));
+                }
+            };
         }
         if let Some(m) = &f.maxmemory {
             self.maxmemory = parse_size(m)?;

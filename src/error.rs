@@ -33,6 +33,8 @@ pub enum StartError {
     NotInCluster(NodeId),
     /// The rules file could not be loaded, in the words of its loader.
     Rules(String),
+    /// The rate limit service's configuration could not be loaded, or the service has none.
+    Rls(String),
     /// The client listener could not be bound.
     Listen { addr: String, error: io::Error },
     /// The peer listener could not be bound.
@@ -90,6 +92,7 @@ impl fmt::Display for StartError {
             StartError::Setting(e)
             | StartError::Spec(e)
             | StartError::Rules(e)
+            | StartError::Rls(e)
             | StartError::Tls(e)
             | StartError::ClusterSecret(e) => f.write_str(e),
             StartError::Join(e) => write!(f, "cannot join the cluster: {e}"),

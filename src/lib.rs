@@ -43,6 +43,8 @@ mod glob;
 #[cfg(feature = "server")]
 mod protocol;
 #[cfg(feature = "server")]
+mod rls;
+#[cfg(feature = "server")]
 mod rules;
 #[cfg(feature = "server")]
 pub mod server;

@@ -96,17 +96,50 @@ pub struct RuleStore {
     write: Mutex<Watch>,
 }
 
-/// What the reloader knows of the file: the content last applied (or rejected), and a change
-/// seen on the previous poll that is waiting to settle.
+/// What a reloader knows of a watched file: the content last applied (or rejected), and a
+/// change seen on the previous poll that is waiting to settle.
 #[derive(Default)]
-struct Watch {
+pub(crate) struct Watch {
     applied: Option<u64>,
     pending: Option<u64>,
 }
 
-/// Identifies a version of the file by its content, so a rewrite is noticed even when its size
+impl Watch {
+    /// Starts from content already in force.
+    pub(crate) fn applied(hash: u64) -> Watch {
+        Watch {
+            applied: Some(hash),
+            pending: None,
+        }
+    }
+
+    /// Notes content read now (as applied, or about to be).
+    pub(crate) fn set_applied(&mut self, hash: u64) {
+        self.pending = None;
+        self.applied = Some(hash);
+    }
+
+    /// Takes the content seen on one poll: true when it differs from what was applied and
+    /// was the same on the previous poll too, so a file caught half-written (which may well
+    /// parse, with rules missing) is not applied. It then counts as applied, whether or not it
+    /// turns out valid, so a bad file is reported once.
+    pub(crate) fn settled_change(&mut self, hash: u64) -> bool {
+        if self.applied == Some(hash) {
+            self.pending = None;
+            return false;
+        }
+        if self.pending != Some(hash) {
+            self.pending = Some(hash);
+            return false;
+        }
+        self.set_applied(hash);
+        true
+    }
+}
+
+/// Identifies a version of a file by its content, so a rewrite is noticed even when its size
 /// and modification time do not change.
-fn content_hash(text: &str) -> u64 {
+pub(crate) fn content_hash(text: &str) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = ahash::RandomState::with_seeds(1, 2, 3, 4).build_hasher();
     h.write(text.as_bytes());
@@ -125,7 +158,7 @@ impl RuleStore {
         let set = match &file {
             Some(p) => {
                 let text = read_file(p)?;
-                watch.applied = Some(content_hash(&text));
+                watch = Watch::applied(content_hash(&text));
                 RuleSet::parse_toml(&text)?
             }
             None => RuleSet::default(),
@@ -190,9 +223,7 @@ impl RuleStore {
         };
         let mut w = lock(&self.write);
         let text = read_file(path)?;
-        let hash = content_hash(&text);
-        w.pending = None;
-        w.applied = Some(hash);
+        w.set_applied(content_hash(&text));
         let set = RuleSet::parse_toml(&text)?;
         let n = set.len();
         self.current.store(Arc::new(set));
@@ -210,19 +241,11 @@ impl RuleStore {
             // A file being replaced may be briefly missing; the next poll sees it again.
             return Ok(None);
         };
-        let hash = content_hash(&text);
         let mut w = lock(&self.write);
-        if w.applied == Some(hash) {
-            w.pending = None;
-            return Ok(None);
-        }
-        if w.pending != Some(hash) {
-            w.pending = Some(hash);
+        if !w.settled_change(content_hash(&text)) {
             return Ok(None);
         }
         // Settled: apply it, or report it once and keep the rules in force.
-        w.pending = None;
-        w.applied = Some(hash);
         let set = RuleSet::parse_toml(&text)?;
         let n = set.len();
         self.current.store(Arc::new(set));

@@ -270,7 +270,9 @@ pub(crate) fn render(node: &Node) -> String {
     }
     out.push(checks);
     let rules = node.rules.load();
-    let mut by_rule: std::collections::BTreeMap<String, [u64; 2]> = Default::default();
+    // By rule: `[allowed, denied, denied but answered allowed (shadow mode)]`, the RESP rules'
+    // checks and the rate limit service's hits together.
+    let mut by_rule: std::collections::BTreeMap<String, [u64; 3]> = Default::default();
     for s in shards.iter() {
         for (name, c) in s.stats.metrics.rules(|n| rules.get(n).is_some()) {
             let e = by_rule.entry(name).or_default();
@@ -278,26 +280,71 @@ pub(crate) fn render(node: &Node) -> String {
             e[1] += c[1];
         }
     }
+    if let Some(rls) = &node.rls {
+        for (name, [within, over, shadowed]) in rls.stats.by_limit() {
+            let e = by_rule.entry(name).or_default();
+            e[0] += within;
+            e[1] += over + shadowed;
+            e[2] += shadowed;
+        }
+    }
     let mut hits = counter(
         "ratelimit_service_rate_limit_total_hits_total",
-        "Checks that named a rule, by rule.",
+        "Checks that named a rule (rate limit service: hits of a limit), by rule.",
     );
     let mut over = counter(
         "ratelimit_service_rate_limit_over_limit_total",
-        "Checks that named a rule and were refused, by rule.",
+        "Checks that named a rule and were over it, by rule; shadow mode's included.",
     );
     let mut within = counter(
         "ratelimit_service_rate_limit_within_limit_total",
         "Checks that named a rule and were allowed, by rule.",
     );
-    for (name, [allowed, denied]) in &by_rule {
+    let mut shadow = counter(
+        "ratelimit_service_rate_limit_shadow_mode_total",
+        "Checks over a rule in shadow mode, answered allowed, by rule.",
+    );
+    for (name, [allowed, denied, shadowed]) in &by_rule {
         hits.counter(&[("rule", name)], (allowed + denied) as f64);
         over.counter(&[("rule", name)], *denied as f64);
         within.counter(&[("rule", name)], *allowed as f64);
+        shadow.counter(&[("rule", name)], *shadowed as f64);
     }
     out.push(hits);
     out.push(over);
     out.push(within);
+    out.push(shadow);
+    if let Some(rls) = &node.rls {
+        let st = &rls.stats;
+        let mut answers = counter(
+            "bucketd_rls_requests_total",
+            "ShouldRateLimit calls of the rate limit service, by overall code (error: refused with a gRPC error).",
+        );
+        for (i, code) in ["ok", "over_limit"].iter().enumerate() {
+            answers.counter(
+                &[("code", code)],
+                st.answers[i].load(Ordering::Relaxed) as f64,
+            );
+        }
+        answers.counter(
+            &[("code", "error")],
+            st.errors.load(Ordering::Relaxed) as f64,
+        );
+        out.push(answers);
+        let mut reloads = counter(
+            "bucketd_rls_config_reloads_total",
+            "Changes to the rate limit service's configuration files, by result (error: refused, the configuration in force kept).",
+        );
+        reloads.counter(
+            &[("result", "success")],
+            st.reloads.load(Ordering::Relaxed) as f64,
+        );
+        reloads.counter(
+            &[("result", "error")],
+            st.reload_errors.load(Ordering::Relaxed) as f64,
+        );
+        out.push(reloads);
+    }
     let mut lat = LatencySnapshot::default();
     for s in shards.iter() {
         s.stats.metrics.check_latency.add_to(&mut lat);
