@@ -9,7 +9,12 @@
 //! api = "100/1m"
 //! login = "sliding:5/1m"
 //! burst = "gcra:10/1s:50"
+//! search = "shadow:20/1s"   # decided and counted, never refused
 //! ```
+//!
+//! A rule in shadow mode (its spec starts with `shadow:`) is decided and counted like any
+//! other, and its checks are answered as allowed: a way to see what a new limit would refuse
+//! before it refuses anything.
 
 use crate::limiter::{Rule, parse_spec};
 use crate::sync::lock;
@@ -18,15 +23,63 @@ use arc_swap::ArcSwap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// A named rule, and whether it is in shadow mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedRule {
+    pub rule: Rule,
+    pub shadow: bool,
+}
+
+/// The prefix of a rule spec that puts the rule in shadow mode.
+const SHADOW: &str = "shadow:";
+
+impl NamedRule {
+    /// Parses a named rule's spec: a limit spec, optionally prefixed with `shadow:`.
+    pub fn parse(spec: &str) -> Result<NamedRule, crate::limiter::RuleError> {
+        let spec = spec.trim();
+        let (shadow, spec) = match spec.get(..SHADOW.len()) {
+            Some(p) if p.eq_ignore_ascii_case(SHADOW) => (true, &spec[SHADOW.len()..]),
+            _ => (false, spec),
+        };
+        Ok(NamedRule {
+            rule: parse_spec(spec)?,
+            shadow,
+        })
+    }
+}
+
+impl std::fmt::Display for NamedRule {
+    /// The canonical spec, with `shadow:` in front for a rule in shadow mode.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.shadow {
+            f.write_str(SHADOW)?;
+        }
+        self.rule.fmt(f)
+    }
+}
+
 /// One immutable set of rules.
 #[derive(Debug, Default, Clone)]
 pub struct RuleSet {
-    rules: AHashMap<String, Rule>,
+    rules: AHashMap<String, NamedRule>,
 }
 
 impl RuleSet {
     pub fn get(&self, name: &str) -> Option<&Rule> {
+        self.rules.get(name).map(|r| &r.rule)
+    }
+
+    /// The rule with its mode.
+    pub fn named(&self, name: &str) -> Option<&NamedRule> {
         self.rules.get(name)
+    }
+
+    /// Whether `name` is a rule in shadow mode.
+    pub fn is_shadow(&self, name: &[u8]) -> bool {
+        std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| self.rules.get(n))
+            .is_some_and(|r| r.shadow)
     }
 
     pub fn len(&self) -> usize {
@@ -46,7 +99,7 @@ impl RuleSet {
     }
 
     /// Rules sorted by name.
-    pub fn sorted(&self) -> Vec<(&str, &Rule)> {
+    pub fn sorted(&self) -> Vec<(&str, &NamedRule)> {
         let mut v: Vec<_> = self.rules.iter().map(|(k, r)| (k.as_str(), r)).collect();
         v.sort_by(|a, b| a.0.cmp(b.0));
         v
@@ -67,7 +120,7 @@ impl RuleSet {
             let spec = v
                 .as_str()
                 .ok_or_else(|| format!("rule '{name}': expected a string like \"100/1m\""))?;
-            let rule = parse_spec(spec).map_err(|e| format!("rule '{name}': {e}"))?;
+            let rule = NamedRule::parse(spec).map_err(|e| format!("rule '{name}': {e}"))?;
             rules.insert(name.clone(), rule);
         }
         Ok(RuleSet { rules })
@@ -185,7 +238,7 @@ impl RuleStore {
         self.current.store(Arc::new(next));
     }
 
-    pub fn set(&self, name: &str, rule: Rule) -> Result<(), String> {
+    pub fn set(&self, name: &str, rule: NamedRule) -> Result<(), String> {
         validate_name(name)?;
         self.modify(|s| {
             s.rules.insert(name.to_string(), rule);
@@ -198,7 +251,7 @@ impl RuleStore {
     pub fn replace_with(&self, specs: &std::collections::BTreeMap<String, String>) {
         let mut rules = AHashMap::new();
         for (name, spec) in specs {
-            match parse_spec(spec) {
+            match NamedRule::parse(spec) {
                 Ok(r) => {
                     rules.insert(name.clone(), r);
                 }
@@ -267,5 +320,8 @@ mod tests {
         assert!(RuleSet::parse_toml("[rules]\n\"a/b\" = \"1/1s\"\n").is_err());
         assert!(RuleSet::parse_toml("[rules\n").is_err());
         assert!(RuleSet::parse_toml("").unwrap().is_empty());
+        let s = RuleSet::parse_toml("[rules]\nsoft = \"shadow:5/1s\"\nhard = \"5/1s\"\n").unwrap();
+        assert!(s.is_shadow(b"soft") && !s.is_shadow(b"hard") && !s.is_shadow(b"none"));
+        assert_eq!(s.specs()["soft"], "shadow:gcra:5/1000ms:5");
     }
 }

@@ -83,13 +83,17 @@ fn parse_checkall(a: &mut Args, rules: &RuleSet) -> Result<Parsed, ParseError> {
         })?;
     let keys: Vec<Bytes> = (0..n).map(|_| a.next_bytes()).collect::<Result<_, _>>()?;
     let mut rules_v = Vec::with_capacity(n);
+    let mut shadow = Vec::with_capacity(n);
     for _ in 0..n {
-        rules_v.push(resolve_spec(&a.next_bytes()?, rules)?);
+        let spec = a.next_bytes()?;
+        shadow.push(rules.is_shadow(&spec));
+        rules_v.push(resolve_spec(&spec, rules)?);
     }
     let (cost, peek) = parse_cost_peek(a)?;
     Ok(Parsed::Multi(MultiCmd::CheckAll {
         keys,
         rules: rules_v,
+        shadow,
         cost,
         peek,
     }))

@@ -45,8 +45,6 @@ use bytes::Bytes;
 use keyed::KeyCmd;
 use table::{CommandSpec, Parser};
 
-pub(crate) use limits::resolve_spec;
-
 /// A parsed request.
 pub enum Parsed {
     /// Touches one key (`route` decides the shard).
@@ -81,9 +79,11 @@ pub enum MultiCmd {
         keys: Vec<Bytes>,
         values: Vec<Bytes>,
     },
+    /// `shadow[i]`: `rules[i]` is a rule in shadow mode, which never refuses the others.
     CheckAll {
         keys: Vec<Bytes>,
         rules: Vec<Rule>,
+        shadow: Vec<bool>,
         cost: u64,
         peek: bool,
     },
@@ -105,14 +105,27 @@ impl MultiCmd {
             MultiCmd::CheckAll {
                 keys,
                 rules,
+                shadow,
                 cost,
                 peek,
-            } => KeyCmd::CheckAll {
-                keys,
-                rules,
-                cost,
-                peek,
-            },
+            } => {
+                if shadow.contains(&true) {
+                    KeyCmd::CheckSet {
+                        costs: vec![cost; keys.len()],
+                        keys,
+                        rules,
+                        shadow,
+                        peek,
+                    }
+                } else {
+                    KeyCmd::CheckAll {
+                        keys,
+                        rules,
+                        cost,
+                        peek,
+                    }
+                }
+            }
         }
     }
 

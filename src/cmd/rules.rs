@@ -3,12 +3,12 @@
 
 use super::node::{Failure, msg as fail};
 use super::table::{CommandSpec, Parser, command};
-use super::{Finish, NodeCmd, Trailing, msg, resolve_spec};
+use super::{Finish, NodeCmd, Trailing, msg};
 use crate::cluster::meta::MetaOp;
 use crate::cmd::keyed::Reply;
-use crate::limiter::Rule;
 use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
+use crate::rules::NamedRule;
 use crate::server::conn::Conn;
 
 /// BK.RULE SET|GET|DEL|LIST|RELOAD, parsed.
@@ -16,7 +16,7 @@ pub enum RuleCmd {
     /// SET name spec: `spec` must be inline.
     Set {
         name: String,
-        rule: Rule,
+        rule: NamedRule,
     },
     Get(String),
     Del(String),
@@ -32,7 +32,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[command! {
     keys: (0, 0, 0),
     acl: ["@admin", "@ratelimit"],
     group: "ratelimit",
-    summary: "Named rules: BK.RULE SET|GET|DEL|LIST|RELOAD.",
+    summary: "Named rules: BK.RULE SET|GET|DEL|LIST|RELOAD (a spec starting shadow: is a rule in shadow mode).",
     parse: Parser::Node(parse_rule),
 }];
 
@@ -46,7 +46,13 @@ fn parse_rule(a: &mut Args) -> Result<NodeCmd, ArgError> {
             if !spec.contains(&b'/') {
                 return Err(msg("ERR a rule needs an inline spec such as 100/1m"));
             }
-            let rule = resolve_spec(&spec, &crate::rules::RuleSet::default())?;
+            let text = std::str::from_utf8(&spec).map_err(|_| msg("ERR invalid limit spec"))?;
+            let rule = NamedRule::parse(text).map_err(|e| {
+                msg(format!(
+                    "ERR invalid limit spec '{}': {e}",
+                    super::truncate(text)
+                ))
+            })?;
             RuleCmd::Set { name, rule }
         }
         "GET" | "DEL" => {
@@ -138,7 +144,7 @@ pub(crate) async fn run(c: &mut Conn, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result
                 .map_err(|e| fail(format!("ERR {e}")))?;
             w.ok();
         }
-        RuleCmd::Get(name) => match rules.load().get(&name) {
+        RuleCmd::Get(name) => match rules.load().named(&name) {
             Some(r) => w.bulk(r.to_string().as_bytes()),
             None => w.null(),
         },

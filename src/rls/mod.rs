@@ -19,6 +19,7 @@ use crate::error::StartError;
 use crate::rules::{Watch, content_hash};
 use crate::server::Node;
 use crate::server::limit_set::{Parts, SetError};
+use crate::shard::metrics::Verdict;
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
 use crate::sync::lock;
@@ -54,15 +55,6 @@ pub(crate) struct RlsStats {
     pub(crate) errors: AtomicU64,
     pub(crate) reloads: AtomicU64,
     pub(crate) reload_errors: AtomicU64,
-}
-
-/// How one limit of a request was decided, as the metrics count it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    Within,
-    Over,
-    /// Over the limit, answered OK because the limit is in shadow mode.
-    Shadowed,
 }
 
 impl RlsStats {

@@ -2,11 +2,12 @@
 //! set, and answered the way Envoy reads it.
 
 use super::config::{Decide, Limit, Unit};
-use super::{NodeParts, Rls, Verdict};
+use super::{NodeParts, Rls};
 use crate::cmd::keyed::{LimitReply, Reply};
 use crate::limiter::Algorithm;
 use crate::server::Node;
 use crate::server::limit_set::{self, SetError, SetLimit};
+use crate::shard::metrics::Verdict;
 use crate::shutdown::Shutdown;
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;

@@ -21,10 +21,12 @@ use super::stream::ClientStream;
 use super::{ClientInfo, Node};
 use crate::cmd::connection::ConnectionCmd;
 use crate::cmd::keyed::encode;
-use crate::cmd::keyed::{CheckKind, KeyCmd, Reply};
+use crate::cmd::keyed::{CheckKind, KeyCmd, Reply, summarize};
 use crate::cmd::transactions::TxnCmd;
 use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
+use crate::rules::RuleSet;
+use crate::shard::metrics::Verdict;
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
@@ -92,8 +94,9 @@ struct Round {
     value_cmds: usize,
     /// Checks in this round (what the check latency histogram counts).
     checks: u64,
-    /// Checks that named a rule: the index in `order` of their reply, and the rule's name.
-    named: Vec<(usize, Bytes)>,
+    /// Checks that named a rule: where their reply is and which rule (`Named::at` is the
+    /// index in `order`).
+    named: Vec<Named>,
 }
 
 /// A transaction being queued (between MULTI and EXEC).
@@ -413,7 +416,18 @@ impl Conn {
                     } else {
                         self.flush().await?;
                         self.round.checks += u64::from(m.is_check());
-                        let reply = self.cross_shard(m).await?;
+                        let mut reply = self.cross_shard(m).await?;
+                        if let Some(names) = named {
+                            let rules = self.node.rules.load();
+                            let decided: Vec<(Bytes, Verdict)> = names
+                                .into_iter()
+                                .filter_map(|n| {
+                                    let v = settle_named(&mut reply, &n, &rules)?;
+                                    Some((n.name, v))
+                                })
+                                .collect();
+                            self.count_named(&decided);
+                        }
                         if let Reply::LimitAll(summary, _) = &reply {
                             let allowed = u64::from(summary[0] != 0);
                             self.node.shards[self.my_shard].stats.metrics.count_kind(
@@ -421,9 +435,6 @@ impl Conn {
                                 allowed,
                                 1 - allowed,
                             );
-                        }
-                        if let Some(names) = named {
-                            self.count_named(names.iter().map(|n| (n, &reply)));
                         }
                         encode(&mut ReplyWriter::new(&mut self.out, self.resp3), &reply);
                     }
@@ -541,7 +552,8 @@ impl Conn {
         let mut next = 0;
         // Checks by rule name: how many of `round.named` are settled, and their decisions.
         let mut named_done = 0;
-        let mut decided: Vec<(Bytes, Option<bool>)> = Vec::new();
+        let mut decided: Vec<(Bytes, Verdict)> = Vec::new();
+        let rules = (!self.round.named.is_empty()).then(|| self.node.rules.load());
         // BK.CHECKALL decisions (the only command that answers `LimitAll`): [allowed, denied].
         let mut all_checks = [0u64; 2];
         loop {
@@ -579,12 +591,17 @@ impl Conn {
                 match order[next] {
                     ReplySource::Local(a, b) => w.buf.extend_from_slice(&self.round.local[a..b]),
                     ReplySource::Shard(s) => match replies[s].next() {
-                        Some(r) => {
+                        Some(mut r) => {
                             if let Reply::LimitAll(summary, _) = &r {
                                 all_checks[usize::from(summary[0] == 0)] += 1;
                             }
-                            while named_done < named.len() && named[named_done].0 == next {
-                                decided.push((named[named_done].1.clone(), decision(&r)));
+                            while named_done < named.len() && named[named_done].at == next {
+                                let n = &named[named_done];
+                                if let Some(rules) = &rules
+                                    && let Some(v) = settle_named(&mut r, n, rules)
+                                {
+                                    decided.push((n.name.clone(), v));
+                                }
                                 named_done += 1;
                             }
                             encode(&mut w, &r)
@@ -612,36 +629,27 @@ impl Conn {
                 all_checks[1],
             );
         }
-        if !decided.is_empty() {
-            self.node.shards[self.my_shard].stats.metrics.count_rules(
-                decided
-                    .iter()
-                    .filter_map(|(n, d)| Some((n.as_ref(), (*d)?))),
-            );
-        }
+        self.count_named(&decided);
         Ok(())
     }
 
     /// Notes the rules a check names, for its reply: the next one queued.
-    fn tag_named(&mut self, names: Option<Vec<Bytes>>) {
+    fn tag_named(&mut self, names: Option<Vec<Named>>) {
         if let Some(names) = names {
             let at = self.round.order.len();
             self.round
                 .named
-                .extend(names.into_iter().map(|name| (at, name)));
+                .extend(names.into_iter().map(|n| Named { at, ..n }));
         }
     }
 
-    /// Counts the decisions of checks that named a rule and were answered outside a round.
-    fn count_named<'a>(&self, checks: impl Iterator<Item = (&'a Bytes, &'a Reply)>) {
-        let decided: Vec<(&[u8], bool)> = checks
-            .filter_map(|(n, r)| Some((n.as_ref(), decision(r)?)))
-            .collect();
+    /// Counts the decisions of checks that named a rule.
+    fn count_named(&self, decided: &[(Bytes, Verdict)]) {
         if !decided.is_empty() {
             self.node.shards[self.my_shard]
                 .stats
                 .metrics
-                .count_rules(decided.into_iter());
+                .count_rules(decided.iter().map(|(n, v)| (n.as_ref(), *v)));
         }
     }
 
@@ -890,22 +898,43 @@ const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
 const WATCH_UNSUPPORTED: &str = "ERR WATCH is not supported: a MULTI/EXEC on one slot already runs atomically on the shard that owns it";
 
 /// Whether a transaction's next key command may use `slot` (the first one fixes it).
+/// A rule a limit command named, and where its decision is in the reply.
+struct Named {
+    /// The index in the round's `order` of the command's reply.
+    at: usize,
+    /// Which of the command's limits it is (BK.CHECKALL has several).
+    pos: usize,
+    name: Bytes,
+    /// BK.LEASE: its reply is the units taken, which shadow mode cannot change.
+    lease: bool,
+}
+
 /// The rule names a limit command gives instead of inline specs (an inline spec has a '/'),
-/// for the metrics by rule. None for every other command, cheaply: most requests are not
-/// limit commands that name a rule.
-fn named_rules(req: &Request) -> Option<Vec<Bytes>> {
+/// for the metrics by rule and for rules in shadow mode. None for every other command,
+/// cheaply: most requests are not limit commands that name a rule.
+fn named_rules(req: &Request) -> Option<Vec<Named>> {
     let name = req.name();
     if name.len() < 8 || !name[..3].eq_ignore_ascii_case(b"bk.") {
         return None;
     }
     let is_name = |i: usize| req.get(i).is_some_and(|s| !s.contains(&b'/'));
+    let named = |pos: usize, i: usize, lease: bool| {
+        req.bytes(i).map(|name| Named {
+            at: 0,
+            pos,
+            name,
+            lease,
+        })
+    };
     let rest = &name[3..];
-    let names: Vec<Bytes> =
+    let names: Vec<Named> =
         if rest.eq_ignore_ascii_case(b"check") || rest.eq_ignore_ascii_case(b"lease") {
             if !is_name(2) {
                 return None;
             }
-            req.bytes(2).into_iter().collect()
+            named(0, 2, rest.eq_ignore_ascii_case(b"lease"))
+                .into_iter()
+                .collect()
         } else if rest.eq_ignore_ascii_case(b"checkall") {
             let n: usize = std::str::from_utf8(req.get(1)?).ok()?.parse().ok()?;
             if n > req.len() {
@@ -913,7 +942,7 @@ fn named_rules(req: &Request) -> Option<Vec<Bytes>> {
             }
             (n + 2..2 * n + 2)
                 .filter(|&i| is_name(i))
-                .filter_map(|i| req.bytes(i))
+                .filter_map(|i| named(i - n - 2, i, false))
                 .collect()
         } else {
             return None;
@@ -921,12 +950,35 @@ fn named_rules(req: &Request) -> Option<Vec<Bytes>> {
     (!names.is_empty()).then_some(names)
 }
 
-/// Whether a limit command's reply admitted the request; None for an error.
-fn decision(r: &Reply) -> Option<bool> {
+/// How a check that named a rule was decided; a rule in shadow mode that refused is answered
+/// as allowed here (BK.CHECKALL's shards already left it out of the set's decision). None for
+/// an error reply.
+fn settle_named(r: &mut Reply, n: &Named, rules: &RuleSet) -> Option<Verdict> {
+    let shadow = rules.is_shadow(&n.name);
     match r {
-        // BK.CHECK answers 1 when allowed; BK.LEASE, the units it took.
-        Reply::Limit(l) => Some(l[0] > 0),
-        Reply::LimitAll(summary, _) => Some(summary[0] > 0),
+        Reply::Limit(l) if l[0] > 0 => Some(Verdict::Within),
+        Reply::Limit(_) if shadow && n.lease => Some(Verdict::Shadowed),
+        Reply::Limit(l) if shadow => {
+            l[0] = 1;
+            l[3] = -1;
+            Some(Verdict::Shadowed)
+        }
+        Reply::Limit(_) => Some(Verdict::Over),
+        Reply::LimitAll(summary, each) => {
+            let overall = summary[0] == 1;
+            let e = each.get_mut(n.pos)?;
+            if shadow && e[0] == 0 {
+                e[0] = 1;
+                e[3] = -1;
+                *summary = summarize(each, overall);
+                return Some(Verdict::Shadowed);
+            }
+            Some(if overall {
+                Verdict::Within
+            } else {
+                Verdict::Over
+            })
+        }
         _ => None,
     }
 }

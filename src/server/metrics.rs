@@ -274,10 +274,11 @@ pub(crate) fn render(node: &Node) -> String {
     // checks and the rate limit service's hits together.
     let mut by_rule: std::collections::BTreeMap<String, [u64; 3]> = Default::default();
     for s in shards.iter() {
-        for (name, c) in s.stats.metrics.rules(|n| rules.get(n).is_some()) {
+        for (name, [within, over, shadowed]) in s.stats.metrics.rules(|n| rules.get(n).is_some()) {
             let e = by_rule.entry(name).or_default();
-            e[0] += c[0];
-            e[1] += c[1];
+            e[0] += within;
+            e[1] += over + shadowed;
+            e[2] += shadowed;
         }
     }
     if let Some(rls) = &node.rls {

@@ -103,17 +103,19 @@ impl Conn {
             MultiCmd::CheckAll {
                 keys,
                 rules,
+                shadow,
                 cost,
                 peek,
             } => {
                 let limits: Vec<SetLimit> = keys
                     .into_iter()
                     .zip(rules)
-                    .map(|(key, rule)| SetLimit {
+                    .zip(shadow)
+                    .map(|((key, rule), shadow)| SetLimit {
                         key,
                         rule,
                         cost,
-                        shadow: false,
+                        shadow,
                     })
                     .collect();
                 match limit_set::decide(&*self, &limits, peek).await {

@@ -61,6 +61,15 @@ pub(crate) struct LatencySnapshot {
     pub(crate) count: u64,
 }
 
+/// How one check that named a rule was decided, as the metrics by rule count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Within = 0,
+    Over = 1,
+    /// Over the limit, answered as allowed because the rule is in shadow mode.
+    Shadowed = 2,
+}
+
 /// A shard's metrics.
 #[derive(Debug, Default)]
 pub(crate) struct ShardMetrics {
@@ -69,8 +78,8 @@ pub(crate) struct ShardMetrics {
     pub(crate) decided: [[AtomicU64; 2]; 4],
     /// Time from a round's requests being read to its replies being written, once per check.
     pub(crate) check_latency: Latency,
-    /// Decisions by rule name (checks that named a rule): `[allowed, denied]`.
-    rules: Mutex<AHashMap<Box<str>, [u64; 2]>>,
+    /// Decisions by rule name (checks that named a rule), by `Verdict`.
+    rules: Mutex<AHashMap<Box<str>, [u64; 3]>>,
 }
 
 impl ShardMetrics {
@@ -97,17 +106,17 @@ impl ShardMetrics {
     }
 
     /// Adds decisions by rule name.
-    pub(crate) fn count_rules<'a>(&self, decisions: impl Iterator<Item = (&'a [u8], bool)>) {
+    pub(crate) fn count_rules<'a>(&self, decisions: impl Iterator<Item = (&'a [u8], Verdict)>) {
         let mut map = lock(&self.rules);
-        for (name, allowed) in decisions {
+        for (name, verdict) in decisions {
             let Ok(name) = std::str::from_utf8(name) else {
                 continue;
             };
-            let i = usize::from(!allowed);
+            let i = verdict as usize;
             if let Some(c) = map.get_mut(name) {
                 c[i] += 1;
             } else if map.len() < MAX_RULES_COUNTED {
-                let mut c = [0; 2];
+                let mut c = [0; 3];
                 c[i] = 1;
                 map.insert(name.into(), c);
             }
@@ -115,7 +124,7 @@ impl ShardMetrics {
     }
 
     /// Decisions by rule name, for the rules `keep` accepts (the ones that still exist).
-    pub(crate) fn rules(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(String, [u64; 2])> {
+    pub(crate) fn rules(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(String, [u64; 3])> {
         let mut map = lock(&self.rules);
         map.retain(|k, _| keep(k));
         map.iter().map(|(k, v)| (k.to_string(), *v)).collect()
@@ -148,12 +157,12 @@ mod tests {
         let names: Vec<String> = (0..MAX_RULES_COUNTED + 10)
             .map(|i| format!("r{i}"))
             .collect();
-        m.count_rules(names.iter().map(|n| (n.as_bytes(), true)));
-        m.count_rules([(b"r0".as_slice(), false)].into_iter());
+        m.count_rules(names.iter().map(|n| (n.as_bytes(), Verdict::Within)));
+        m.count_rules([(b"r0".as_slice(), Verdict::Over)].into_iter());
         let all = m.rules(|_| true);
         assert_eq!(all.len(), MAX_RULES_COUNTED);
         let r0 = all.iter().find(|(n, _)| n == "r0").map(|(_, c)| *c);
-        assert_eq!(r0, Some([1, 1]));
+        assert_eq!(r0, Some([1, 1, 0]));
         assert_eq!(m.rules(|n| n == "r1").len(), 1);
         assert_eq!(m.rules(|_| true).len(), 1);
     }
