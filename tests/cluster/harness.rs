@@ -131,7 +131,7 @@ pub fn group_of_key(spec: &ClusterSpec, key: &str) -> GroupId {
 }
 
 /// How the test cluster's nodes are set up.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Opts {
     pub nodes: u64,
     pub groups: u32,
@@ -142,6 +142,8 @@ pub struct Opts {
     pub balance: bool,
     /// How long a group stays idle before it goes quiet (`None`: the default).
     pub quiet_after: Option<Duration>,
+    /// Serve Envoy's rate limit service on every node, with this configuration.
+    pub rls_config: Option<PathBuf>,
 }
 
 impl Default for Opts {
@@ -153,6 +155,7 @@ impl Default for Opts {
             write_timeout: None,
             balance: true,
             quiet_after: None,
+            rls_config: None,
         }
     }
 }
@@ -273,6 +276,8 @@ impl TestCluster {
             rules: self.rules.get(&id).cloned(),
             rules_reload_ms: 100,
             metrics_port: Some(0),
+            grpc_port: self.opts.rls_config.as_ref().map(|_| 0),
+            rls_config: self.opts.rls_config.clone(),
             cluster: Some(self.cluster_settings(id)),
             ..Settings::default()
         };

@@ -16,6 +16,7 @@ mod pipeline;
 mod processes;
 mod quiet;
 mod restart;
+mod rls;
 mod scaling;
 mod snapshot;
 mod topology;
