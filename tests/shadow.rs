@@ -63,20 +63,36 @@ async fn a_shadow_rule_is_counted_but_never_refuses() {
             assert_eq!(each[0][0], 0, "{each:?}");
         }
 
+        // Inside MULTI/EXEC too: the full shadow rule is answered as allowed.
+        let replies: Vec<Vec<i64>> = redis::pipe()
+            .atomic()
+            .cmd("BK.CHECK")
+            .arg("k")
+            .arg("soft")
+            .cmd("BK.CHECK")
+            .arg("{k}fresh")
+            .arg("hard")
+            .query_async(&mut c)
+            .await
+            .expect("EXEC");
+        assert_eq!(replies[0][0], 1, "{replies:?}");
+
         let m = scrape(addr).await;
         let soft = m.get("ratelimit_service_rate_limit_shadow_mode_total{rule=\"soft\"}");
         let over = m.get("ratelimit_service_rate_limit_over_limit_total{rule=\"soft\"}");
-        // One BK.CHECK and the six BK.CHECKALLs all found `soft` full.
-        assert_eq!(soft, 7.0, "{}", m.text);
-        assert_eq!(over, 7.0);
+        // One BK.CHECK, the six BK.CHECKALLs and the one in EXEC all found `soft` full.
+        assert_eq!(soft, 8.0, "{}", m.text);
+        assert_eq!(over, 8.0);
         assert_eq!(
             m.get("ratelimit_service_rate_limit_shadow_mode_total{rule=\"hard\"}"),
             0.0
         );
+        // Refused twice in BK.CHECKALL; allowed in EXEC, on a fresh key.
         assert_eq!(
             m.get("ratelimit_service_rate_limit_over_limit_total{rule=\"hard\"}"),
             2.0
         );
+        assert_eq!(replies[1][0], 1, "{replies:?}");
         common::scrape::promtool_check(&m.text);
         node.shutdown().await;
     })

@@ -112,7 +112,8 @@ struct Txn {
 }
 
 enum TxnItem {
-    Key(KeyCmd),
+    /// A key command, and the rules it named (for shadow mode and the metrics by rule).
+    Key(KeyCmd, Option<Vec<Named>>),
     Node(&'static table::CommandSpec, Result<NodeCmd, ArgError>),
 }
 
@@ -392,7 +393,7 @@ impl Conn {
                 continue;
             }
             if self.txn.is_some() {
-                self.in_transaction(parsed, wire_len).await?;
+                self.in_transaction(parsed, wire_len, named).await?;
                 continue;
             }
             match parsed {
@@ -671,6 +672,7 @@ impl Conn {
         &mut self,
         parsed: Result<Parsed, ParseError>,
         wire_len: usize,
+        named: Option<Vec<Named>>,
     ) -> Result<(), Stop> {
         let limit = self.node.request_limits().max_request_bytes;
         let Some(txn) = self.txn.as_mut() else {
@@ -713,7 +715,7 @@ impl Conn {
                     self.local_error(CROSSSLOT);
                     return Ok(());
                 }
-                TxnItem::Key(cmd)
+                TxnItem::Key(cmd, named)
             }
             Ok(Parsed::Multi(m)) => {
                 let slot = key_slot(&m.keys()[0]);
@@ -722,7 +724,7 @@ impl Conn {
                     self.local_error(CROSSSLOT);
                     return Ok(());
                 }
-                TxnItem::Key(m.into_key_cmd())
+                TxnItem::Key(m.into_key_cmd(), named)
             }
         };
         if txn.bytes + wire_len > limit {
@@ -753,11 +755,11 @@ impl Conn {
         let mut rest = Vec::with_capacity(txn.items.len());
         for item in txn.items {
             match item {
-                TxnItem::Key(cmd) => {
+                TxnItem::Key(cmd, named) => {
                     keyed.push(cmd);
-                    rest.push(None);
+                    rest.push(Err(named));
                 }
-                TxnItem::Node(spec, args) => rest.push(Some((spec, args))),
+                TxnItem::Node(spec, args) => rest.push(Ok((spec, args))),
             }
         }
         let mut replies = if keyed.is_empty() {
@@ -776,17 +778,29 @@ impl Conn {
             answer.replies.into_iter()
         };
         let mut buf = Vec::new();
+        let mut decided: Vec<(Bytes, Verdict)> = Vec::new();
         ReplyWriter::new(&mut buf, self.resp3).array(rest.len());
         for item in rest {
             match item {
-                None => match replies.next() {
-                    Some(r) => encode(&mut ReplyWriter::new(&mut buf, self.resp3), &r),
+                Err(named) => match replies.next() {
+                    Some(mut r) => {
+                        if let Some(names) = named {
+                            let rules = self.node.rules.load();
+                            for n in names {
+                                if let Some(v) = settle_named(&mut r, &n, &rules) {
+                                    decided.push((n.name, v));
+                                }
+                            }
+                        }
+                        encode(&mut ReplyWriter::new(&mut buf, self.resp3), &r)
+                    }
                     None => ReplyWriter::new(&mut buf, self.resp3)
                         .error("ERR internal error: missing reply"),
                 },
-                Some((spec, args)) => self.node_command(spec, args, &mut buf).await?,
+                Ok((spec, args)) => self.node_command(spec, args, &mut buf).await?,
             }
         }
+        self.count_named(&decided);
         self.out.extend_from_slice(&buf);
         Ok(())
     }
