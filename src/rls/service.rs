@@ -293,6 +293,9 @@ impl Service {
                 over = true;
                 Code::OverLimit
             };
+            // A limit over its figure has nothing left for this request, whatever smaller
+            // request would still fit: envoyproxy answers 0, and the headers say it.
+            let remaining = if passes { remaining } else { 0 };
             statuses.push(DescriptorStatus {
                 code: code as i32,
                 current_limit,
@@ -317,12 +320,12 @@ impl Service {
 }
 
 /// The RateLimit-* headers envoyproxy/ratelimit sets, from the limited descriptor with the
-/// least remaining.
+/// least remaining (a refusing one before one that passes with nothing left).
 fn rate_limit_headers(statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
     let Some((s, l)) = statuses
         .iter()
         .filter_map(|s| s.current_limit.as_ref().map(|l| (s, l)))
-        .min_by_key(|(s, _)| s.limit_remaining)
+        .min_by_key(|(s, _)| (s.limit_remaining, s.code != Code::OverLimit as i32))
     else {
         return Vec::new();
     };
