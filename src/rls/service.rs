@@ -113,6 +113,12 @@ impl Service {
             if d.entries.is_empty() {
                 return Err(Status::invalid_argument("a descriptor has no entries"));
             }
+            if d.is_negative_hits {
+                // Counting it as a positive hit would take what the caller meant to give back.
+                return Err(Status::invalid_argument(
+                    "is_negative_hits is not supported: hits are only ever counted up",
+                ));
+            }
             if d.entries.len() > MAX_ENTRIES {
                 return Err(Status::invalid_argument(format!(
                     "a descriptor has {} entries; at most {MAX_ENTRIES}",
