@@ -57,6 +57,9 @@ pub(crate) fn readonly_refusal(req: &Request) -> Option<String> {
                 .is_some_and(|from| has_option(req, from, b"PEEK"))
         }
         "bk.rule" => matches!(sub().as_str(), "get" | "list"),
+        // A script may write; EVAL_RO and EVALSHA_RO may not.
+        "eval" | "evalsha" => false,
+        "script" => sub() == "exists",
         "bk.cluster" => sub() == "status",
         "config" => sub() == "get",
         "client" => sub() != "kill",

@@ -268,6 +268,8 @@ pub enum KeyCmd {
         rules: Vec<Rule>,
         costs: Vec<u64>,
     },
+    /// EVAL and friends: a Lua script on keys this shard owns, run whole.
+    Eval(Box<super::script::Eval>),
 }
 
 /// A limit decision as it goes on the wire:
@@ -514,6 +516,7 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             shadow,
             peek,
         } => limits::check_set(store, keys, rules, costs, shadow, *peek, now, stats),
+        KeyCmd::Eval(e) => super::script::eval(store, e, now, stats),
         KeyCmd::RefundSet { keys, rules, costs } => limits::refund(
             store,
             keys,

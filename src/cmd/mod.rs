@@ -33,6 +33,7 @@ pub(crate) mod limits;
 pub(crate) mod node;
 pub(crate) mod rules;
 pub(crate) mod scan;
+pub(crate) mod script;
 pub(crate) mod server;
 pub(crate) mod strings;
 pub(crate) mod table;
@@ -64,6 +65,7 @@ pub enum NodeCmd {
     Scan(scan::ScanCmd),
     Rule(rules::RuleCmd),
     Cluster(cluster::ClusterCmd),
+    Script(script::ScriptCmd),
     /// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the connection runs these itself.
     Transaction(transactions::TxnCmd),
 }

@@ -4,7 +4,7 @@
 //! turns a refusal into its error reply.
 
 use super::table::CommandSpec;
-use super::{NodeCmd, cluster, connection, rules, scan, server};
+use super::{NodeCmd, cluster, connection, rules, scan, script, server};
 use crate::protocol::{ArgError, ReplyWriter};
 use crate::server::conn::Conn;
 use crate::shard::ShardGone;
@@ -66,6 +66,7 @@ async fn dispatch(
         NodeCmd::Scan(cmd) => scan::run(c, cmd, buf).await?,
         NodeCmd::Rule(cmd) => rules::run(c, cmd, buf).await?,
         NodeCmd::Cluster(cmd) => cluster::run(c, cmd, buf).await?,
+        NodeCmd::Script(cmd) => script::run(c, cmd, buf).await?,
         NodeCmd::Transaction(_) => {
             return Err(msg(format!(
                 "ERR command '{}' is not available here",

@@ -7,8 +7,8 @@
 
 use super::NodeCmd;
 use super::{
-    ParseError, Parsed, cell, cluster, connection, expiry, keyspace, limits, rules, scan, server,
-    strings, transactions,
+    ParseError, Parsed, cell, cluster, connection, expiry, keyspace, limits, rules, scan, script,
+    server, strings, transactions,
 };
 use crate::protocol::{ArgError, Args, ReplyWriter};
 use crate::rules::RuleSet;
@@ -153,6 +153,7 @@ const FAMILIES: &[&[CommandSpec]] = &[
     cluster::COMMANDS,
     transactions::COMMANDS,
     scan::COMMANDS,
+    script::COMMANDS,
 ];
 
 const COUNT: usize = {

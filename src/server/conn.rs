@@ -387,7 +387,15 @@ impl Conn {
             }
             let wire_len = req.wire_len();
             let named = named_rules(&req);
-            let parsed = cmd::parse(req, &rules);
+            let mut parsed = cmd::parse(req, &rules);
+            if let Ok(Parsed::Keyed {
+                cmd: KeyCmd::Eval(e),
+                ..
+            }) = &mut parsed
+                && let Err(why) = self.prepare_eval(e)
+            {
+                parsed = Err(ParseError::Arg(ArgError::Msg(why)));
+            }
             if is_exec && let Err(e) = &parsed {
                 self.refuse(true, &e.message());
                 continue;
@@ -455,6 +463,39 @@ impl Conn {
             }
         }
         self.flush().await
+    }
+
+    /// Readies a script to run: finds an EVALSHA's text in the node's cache (and keeps an
+    /// EVAL's, as Redis does), and checks its keys can be run on together: one slot in a
+    /// cluster, one shard on a standalone node.
+    fn prepare_eval(&self, e: &mut crate::cmd::script::Eval) -> Result<(), String> {
+        if e.body.is_empty() {
+            e.body = self
+                .node
+                .scripts
+                .get(&e.sha)
+                .ok_or_else(|| "NOSCRIPT No matching script. Please use EVAL.".to_string())?;
+        } else {
+            self.node.scripts.insert(e.sha.clone(), e.body.clone());
+        }
+        let Some(first) = e.keys.first() else {
+            return Ok(());
+        };
+        if self.node.cluster().is_some() {
+            let slot = key_slot(first);
+            if !e.keys.iter().all(|k| key_slot(k) == slot) {
+                return Err(CROSSSLOT.to_string());
+            }
+        } else {
+            let shard = self.node.shard_of(first);
+            if !e.keys.iter().all(|k| self.node.shard_of(k) == shard) {
+                return Err(
+                    "ERR a script's keys must live on one shard: give them a common hash tag, such as {user42}"
+                        .to_string(),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Runs a command the node answers itself, in order with the round's other replies.
@@ -1035,5 +1076,7 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::Meta(_)
         | KeyCmd::CheckSet { .. }
         | KeyCmd::RefundSet { .. } => false,
+        // A script can return what it read.
+        KeyCmd::Eval(_) => true,
     }
 }

@@ -178,6 +178,7 @@ pub async fn start(
         client_buffer_bytes: AtomicUsize::new(0),
         last_trim_ms: AtomicU64::new(0),
         tls_acceptor: tls.as_ref().map(|(_, a)| a.clone()),
+        scripts: Default::default(),
         rls,
     });
     let mut threads = Vec::with_capacity(n);

@@ -120,6 +120,8 @@ pub struct Node {
     pub(super) last_trim_ms: AtomicU64,
     /// What takes TLS clients through their handshake, when the node has a TLS port.
     pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
+    /// The Lua scripts this node knows, for EVALSHA.
+    pub(crate) scripts: crate::cmd::script::ScriptCache,
     /// Envoy's rate limit service, when it is configured.
     pub(crate) rls: Option<Arc<crate::rls::Rls>>,
 }

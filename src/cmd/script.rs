@@ -1,0 +1,762 @@
+//! Lua scripting as Redis has it: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT, so the
+//! token-bucket scripts gateways already run work unchanged.
+//!
+//! A script runs on the shard that owns its keys, to completion, with nothing interleaved: the
+//! shard runs it as one command. Each shard thread keeps one Lua 5.1 interpreter and the
+//! scripts it has compiled. In a cluster the script's text and arguments go into the log, and
+//! every replica runs it at the entry's time, so they all compute the same state:
+//!
+//! - `TIME` inside a script is the command's time (the entry's timestamp in a cluster);
+//! - nothing that reads a random source, the clock, the file system, the network or the
+//!   process is there to be called (`math.random`, `os`, `io`, `require`, `loadfile`...);
+//! - a runaway script is stopped after a number of Lua instructions (the same count on every
+//!   replica), not after a time that would differ between them.
+//!
+//! A script may only touch the keys it declares (`KEYS`), and only the commands that work on
+//! keys (and `TIME`) can be called from it.
+
+use super::keyed::{ExecStats, KeyCmd, Reply, encode, execute};
+use super::node::{Failure, msg as fail};
+use super::table::{CommandSpec, Flags, Parser, command, lookup};
+use super::{Finish, NodeCmd, ParseError, Parsed, Trailing, msg};
+use crate::protocol::{ArgError, Args, ReplyWriter, Request};
+use crate::rules::RuleSet;
+use crate::server::conn::Conn;
+use crate::store::Store;
+use ahash::AHashMap;
+use bytes::Bytes;
+use mlua::{Lua, LuaOptions, StdLib, Value};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Mutex;
+
+/// Lua instructions one script may run before it is stopped: about half a second of a busy
+/// loop on a current core, far beyond any rate-limit script (which runs a few hundred).
+pub(crate) const MAX_INSTRUCTIONS: u64 = 200_000_000;
+/// How often, in instructions, the budget is checked.
+const HOOK_EVERY: u32 = 10_000;
+/// Memory one shard's interpreter may hold, for every script it runs and has compiled.
+const LUA_MEMORY: usize = 64 * 1024 * 1024;
+/// Compiled scripts one shard keeps; past it the cache starts over.
+const MAX_COMPILED: usize = 10_000;
+/// Largest script accepted, in bytes.
+pub(crate) const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
+/// Scripts a node keeps for EVALSHA, at most, and their bytes: past either, the oldest half
+/// is forgotten (a client that meets NOSCRIPT sends EVAL again).
+const MAX_SCRIPTS: usize = 10_000;
+const MAX_SCRIPTS_BYTES: usize = 64 * 1024 * 1024;
+
+pub(super) const COMMANDS: &[CommandSpec] = &[
+    command! {
+        name: "eval",
+        arity: -3,
+        flags: ["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
+        keys: (0, 0, 0),
+        acl: ["@slow", "@scripting"],
+        group: "scripting",
+        summary: "Runs a Lua script: EVAL script numkeys key... arg...",
+        parse: Parser::Key(parse_eval),
+    },
+    command! {
+        name: "evalsha",
+        arity: -3,
+        flags: ["noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
+        keys: (0, 0, 0),
+        acl: ["@slow", "@scripting"],
+        group: "scripting",
+        summary: "Runs a script loaded before, by its SHA1: EVALSHA sha1 numkeys key... arg...",
+        parse: Parser::Key(parse_evalsha),
+    },
+    command! {
+        name: "eval_ro",
+        arity: -3,
+        flags: ["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
+        keys: (0, 0, 0),
+        acl: ["@slow", "@scripting"],
+        group: "scripting",
+        summary: "Runs a read-only Lua script: EVAL_RO script numkeys key... arg...",
+        parse: Parser::Key(parse_eval_ro),
+    },
+    command! {
+        name: "evalsha_ro",
+        arity: -3,
+        flags: ["readonly", "noscript", "stale", "skip_monitor", "no_mandatory_keys", "movablekeys"],
+        keys: (0, 0, 0),
+        acl: ["@slow", "@scripting"],
+        group: "scripting",
+        summary: "Runs a read-only script loaded before: EVALSHA_RO sha1 numkeys key... arg...",
+        parse: Parser::Key(parse_evalsha_ro),
+    },
+    command! {
+        name: "script",
+        arity: -2,
+        flags: ["noscript"],
+        keys: (0, 0, 0),
+        acl: ["@slow", "@scripting"],
+        group: "scripting",
+        summary: "The script cache: SCRIPT LOAD|EXISTS|FLUSH.",
+        parse: Parser::Node(parse_script),
+    },
+];
+
+/// A script to run, as it travels to a shard and into a cluster's log: its text, so every
+/// replica can run it whether or not it was loaded there.
+///
+/// On-disk format: part of `KeyCmd::Eval` (golden bytes in tests/encoding.rs); fields are
+/// append-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Eval {
+    /// The SHA1 of `body`, in lower-case hex.
+    pub sha: Bytes,
+    /// The script's text; empty until the connection finds it for an EVALSHA.
+    pub body: Bytes,
+    pub keys: Vec<Bytes>,
+    pub args: Vec<Bytes>,
+    /// EVAL_RO and EVALSHA_RO: the script may not write.
+    pub read_only: bool,
+}
+
+fn parse_eval(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    parse_script_call(a, false, false)
+}
+
+fn parse_evalsha(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    parse_script_call(a, true, false)
+}
+
+fn parse_eval_ro(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    parse_script_call(a, false, true)
+}
+
+fn parse_evalsha_ro(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
+    parse_script_call(a, true, true)
+}
+
+fn parse_script_call(a: &mut Args, by_sha: bool, read_only: bool) -> Result<Parsed, ParseError> {
+    let first = a.next_bytes()?;
+    let n = a
+        .next_i64()
+        .map_err(|_| ArgError::Msg("ERR value is not an integer or out of range".into()))?;
+    if n < 0 {
+        return Err(ArgError::Msg("ERR Number of keys can't be negative".into()).into());
+    }
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
+    if n > a.remaining() {
+        return Err(ArgError::Msg(
+            "ERR Number of keys can't be greater than number of args".into(),
+        )
+        .into());
+    }
+    let keys: Vec<Bytes> = (0..n).map(|_| a.next_bytes()).collect::<Result<_, _>>()?;
+    let args = a.rest();
+    let (sha, body) = if by_sha {
+        (Bytes::from(first.to_ascii_lowercase()), Bytes::new())
+    } else {
+        if first.len() > MAX_SCRIPT_BYTES {
+            return Err(ArgError::Msg(format!(
+                "ERR scripts are limited to {MAX_SCRIPT_BYTES} bytes"
+            ))
+            .into());
+        }
+        (sha1_hex(&first), first)
+    };
+    // A script with no keys runs on any shard; with keys, on the one that owns the first.
+    let route = keys.first().cloned().unwrap_or_default();
+    Ok(Parsed::Keyed {
+        route,
+        cmd: KeyCmd::Eval(Box::new(Eval {
+            sha,
+            body,
+            keys,
+            args,
+            read_only,
+        })),
+    })
+}
+
+/// SCRIPT LOAD|EXISTS|FLUSH, parsed.
+pub enum ScriptCmd {
+    Load(Bytes),
+    Exists(Vec<Bytes>),
+    Flush,
+}
+
+fn parse_script(a: &mut Args) -> Result<NodeCmd, ArgError> {
+    let sub = a.next_keyword()?;
+    let cmd = match sub.as_str() {
+        "LOAD" => {
+            let body = a.next_bytes()?;
+            a.finish_as(Trailing::SubArity("script|load"))?;
+            if body.len() > MAX_SCRIPT_BYTES {
+                return Err(msg(format!(
+                    "ERR scripts are limited to {MAX_SCRIPT_BYTES} bytes"
+                )));
+            }
+            ScriptCmd::Load(body)
+        }
+        "EXISTS" => {
+            let shas = a.rest();
+            if shas.is_empty() {
+                return Err(ArgError::WrongArity("script|exists".into()));
+            }
+            ScriptCmd::Exists(shas)
+        }
+        "FLUSH" => {
+            // ASYNC and SYNC are the same here: the cache is small.
+            if a.remaining() > 0 && !(a.next_is("ASYNC") || a.next_is("SYNC")) {
+                return Err(msg("ERR SCRIPT FLUSH only support SYNC|ASYNC option"));
+            }
+            a.finish_as(Trailing::Syntax)?;
+            ScriptCmd::Flush
+        }
+        other => {
+            return Err(msg(format!(
+                "ERR unknown subcommand '{other}'. Try SCRIPT HELP."
+            )));
+        }
+    };
+    Ok(NodeCmd::Script(cmd))
+}
+
+/// Runs SCRIPT on this node's cache.
+pub(crate) async fn run(c: &mut Conn, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+    let scripts = &c.node().scripts;
+    let mut w = ReplyWriter::new(buf, c.resp3());
+    match cmd {
+        ScriptCmd::Load(body) => {
+            // Compiled here first, so a script that does not compile is refused at once, as
+            // Redis refuses it.
+            let sha = sha1_hex(&body);
+            if let Err(e) = check_compiles(&body) {
+                return Err(fail(e));
+            }
+            scripts.insert(sha.clone(), body);
+            w.bulk(&sha);
+        }
+        ScriptCmd::Exists(shas) => {
+            w.array(shas.len());
+            for s in shas {
+                w.int(i64::from(scripts.get(&s.to_ascii_lowercase()).is_some()));
+            }
+        }
+        ScriptCmd::Flush => {
+            scripts.clear();
+            w.ok();
+        }
+    }
+    Ok(())
+}
+
+/// The scripts a node knows, for EVALSHA: loaded with SCRIPT LOAD or run once with EVAL.
+#[derive(Default)]
+pub(crate) struct ScriptCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    by_sha: AHashMap<Bytes, (Bytes, u64)>,
+    bytes: usize,
+    next: u64,
+}
+
+impl ScriptCache {
+    pub(crate) fn get(&self, sha: &[u8]) -> Option<Bytes> {
+        crate::sync::lock(&self.inner)
+            .by_sha
+            .get(sha)
+            .map(|(b, _)| b.clone())
+    }
+
+    pub(crate) fn insert(&self, sha: Bytes, body: Bytes) {
+        let mut c = crate::sync::lock(&self.inner);
+        if c.by_sha.contains_key(&sha) {
+            return;
+        }
+        if c.by_sha.len() >= MAX_SCRIPTS || c.bytes + body.len() > MAX_SCRIPTS_BYTES {
+            // Forget the older half: scripts are few, and a forgotten one costs its client
+            // one EVAL.
+            let mut ages: Vec<u64> = c.by_sha.values().map(|(_, age)| *age).collect();
+            ages.sort_unstable();
+            let cut = ages.get(ages.len() / 2).copied().unwrap_or(0);
+            c.by_sha.retain(|_, (_, age)| *age >= cut);
+            c.bytes = c.by_sha.values().map(|(b, _)| b.len()).sum();
+        }
+        c.bytes += body.len();
+        c.next += 1;
+        let age = c.next;
+        c.by_sha.insert(sha, (body, age));
+    }
+
+    pub(crate) fn clear(&self) {
+        let mut c = crate::sync::lock(&self.inner);
+        c.by_sha.clear();
+        c.bytes = 0;
+    }
+}
+
+/// The SHA1 of a script, in lower-case hex, as Redis names scripts.
+pub(crate) fn sha1_hex(body: &[u8]) -> Bytes {
+    use sha1::Digest;
+    let d = sha1::Sha1::digest(body);
+    let mut s = String::with_capacity(40);
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    Bytes::from(s)
+}
+
+/// One shard thread's interpreter and the scripts it has compiled.
+struct Engine {
+    lua: Lua,
+    compiled: AHashMap<Bytes, mlua::Function>,
+    /// Instructions left to the script running now, in hook intervals.
+    budget: Rc<Cell<u64>>,
+}
+
+thread_local! {
+    static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+}
+
+/// What a script sees besides its own globals: built once per interpreter.
+const PRELUDE: &str = r#"
+math.random = nil
+math.randomseed = nil
+loadfile = nil
+dofile = nil
+print = nil
+setmetatable(_G, {
+  __newindex = function()
+    error("Attempt to modify a readonly table", 2)
+  end,
+  __index = function(_, name)
+    error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+  end,
+})
+"#;
+
+impl Engine {
+    fn new() -> mlua::Result<Engine> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::default(),
+        )?;
+        lua.set_memory_limit(LUA_MEMORY)?;
+        let redis = lua.create_table()?;
+        redis.set(
+            "error_reply",
+            lua.create_function(|lua, e: mlua::LuaString| {
+                let t = lua.create_table()?;
+                t.set("err", e)?;
+                Ok(t)
+            })?,
+        )?;
+        redis.set(
+            "status_reply",
+            lua.create_function(|lua, s: mlua::LuaString| {
+                let t = lua.create_table()?;
+                t.set("ok", s)?;
+                Ok(t)
+            })?,
+        )?;
+        redis.set(
+            "sha1hex",
+            lua.create_function(|_, s: mlua::LuaString| {
+                Ok(String::from_utf8_lossy(&sha1_hex(&s.as_bytes())).into_owned())
+            })?,
+        )?;
+        // Logging goes nowhere: a script must not make the node write what it likes.
+        redis.set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
+        for (name, level) in [
+            ("LOG_DEBUG", 0),
+            ("LOG_VERBOSE", 1),
+            ("LOG_NOTICE", 2),
+            ("LOG_WARNING", 3),
+        ] {
+            redis.set(name, level)?;
+        }
+        lua.globals().set("redis", redis)?;
+        lua.load(PRELUDE).set_name("=prelude").exec()?;
+        let budget = Rc::new(Cell::new(0u64));
+        let left = budget.clone();
+        lua.set_hook(
+            mlua::HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            move |_, _| {
+                let n = left.get();
+                if n == 0 {
+                    return Err(mlua::Error::RuntimeError(format!(
+                        "Script stopped: it ran past {MAX_INSTRUCTIONS} instructions"
+                    )));
+                }
+                left.set(n - 1);
+                Ok(mlua::VmState::Continue)
+            },
+        )?;
+        Ok(Engine {
+            lua,
+            compiled: AHashMap::new(),
+            budget,
+        })
+    }
+
+    fn function(&mut self, sha: &Bytes, body: &[u8]) -> Result<mlua::Function, String> {
+        if let Some(f) = self.compiled.get(sha) {
+            return Ok(f.clone());
+        }
+        if body.is_empty() {
+            return Err("NOSCRIPT No matching script. Please use EVAL.".into());
+        }
+        let f = compile(&self.lua, body)?;
+        if self.compiled.len() >= MAX_COMPILED {
+            self.compiled.clear();
+        }
+        self.compiled.insert(sha.clone(), f.clone());
+        Ok(f)
+    }
+}
+
+fn compile(lua: &Lua, body: &[u8]) -> Result<mlua::Function, String> {
+    lua.load(body)
+        .set_name("@user_script")
+        .into_function()
+        .map_err(|e| {
+            format!(
+                "ERR Error compiling script (new function): {}",
+                lua_message(&e)
+            )
+        })
+}
+
+/// Whether a script compiles, on this thread's interpreter (SCRIPT LOAD).
+fn check_compiles(body: &[u8]) -> Result<(), String> {
+    with_engine(|e| compile(&e.lua, body).map(|_| ()))
+}
+
+fn with_engine<T>(f: impl FnOnce(&mut Engine) -> Result<T, String>) -> Result<T, String> {
+    ENGINE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(
+                Engine::new().map_err(|e| format!("ERR the script engine did not start: {e}"))?,
+            );
+        }
+        match slot.as_mut() {
+            Some(e) => f(e),
+            None => Err("ERR the script engine did not start".into()),
+        }
+    })
+}
+
+/// The text of a Lua error, without mlua's own decoration.
+fn lua_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, .. } => lua_message(cause),
+        mlua::Error::MemoryError(_) => "not enough memory".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs a script on this shard's store, at `now`.
+pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats) -> Reply {
+    let result = with_engine(|engine| {
+        let f = engine.function(&e.sha, &e.body)?;
+        engine.budget.set(MAX_INSTRUCTIONS / u64::from(HOOK_EVERY));
+        let lua = &engine.lua;
+        let store = RefCell::new(&mut *store);
+        let stats = RefCell::new(&mut *stats);
+        let out = lua.scope(|scope| {
+            let call = |raise: bool| {
+                let (store, stats) = (&store, &stats);
+                move |lua: &Lua, args: mlua::MultiValue| -> mlua::Result<Value> {
+                    let reply = match command_args(&args) {
+                        Err(why) => Reply::Error(why.into()),
+                        Ok(args) => {
+                            let mut st = store.borrow_mut();
+                            let mut stx = stats.borrow_mut();
+                            call_command(&mut st, &mut stx, e, args, now)
+                        }
+                    };
+                    match reply {
+                        Reply::Error(msg) if raise => {
+                            let line = lua
+                                .inspect_stack(1, |d| d.current_line())
+                                .flatten()
+                                .unwrap_or(0);
+                            Err(mlua::Error::external(RaisedReply(msg.into_owned(), line)))
+                        }
+                        r => reply_to_lua(lua, &r),
+                    }
+                }
+            };
+            let redis: mlua::Table = lua.globals().raw_get("redis")?;
+            redis.raw_set("call", scope.create_function(call(true))?)?;
+            redis.raw_set("pcall", scope.create_function(call(false))?)?;
+            lua.globals().raw_set(
+                "KEYS",
+                lua.create_sequence_from(
+                    e.keys
+                        .iter()
+                        .map(|k| lua.create_string(k))
+                        .collect::<mlua::Result<Vec<_>>>()?,
+                )?,
+            )?;
+            lua.globals().raw_set(
+                "ARGV",
+                lua.create_sequence_from(
+                    e.args
+                        .iter()
+                        .map(|k| lua.create_string(k))
+                        .collect::<mlua::Result<Vec<_>>>()?,
+                )?,
+            )?;
+            f.call::<Value>(())
+        });
+        match out {
+            Ok(v) => Ok(lua_to_reply(&v, 0)),
+            Err(err) => {
+                // A script stopped part-way may leave a lot behind (one that ran out of
+                // memory, everything): collect it now, not when the next script needs room.
+                let _ = lua.gc_collect();
+                Err(script_error(&err, &e.sha))
+            }
+        }
+    });
+    match result {
+        Ok(r) => r,
+        Err(msg) => Reply::Error(Cow::Owned(msg)),
+    }
+}
+
+/// An error reply that `redis.call` raised, and the script's line: the script fails with it.
+#[derive(Debug)]
+struct RaisedReply(String, usize);
+
+impl std::fmt::Display for RaisedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "user_script:{}: {}", self.1, self.0)
+    }
+}
+
+impl std::error::Error for RaisedReply {}
+
+/// The error reply of a script that failed, in Redis 7's words: the error, then which
+/// script and line.
+fn script_error(err: &mlua::Error, sha: &Bytes) -> String {
+    let sha = String::from_utf8_lossy(sha);
+    // An error reply raised by redis.call goes back as it was.
+    if let Some(RaisedReply(reply, line)) = find_raised(err) {
+        return format!("{reply} script: {sha}, on @user_script:{line}.");
+    }
+    let text = lua_message(err);
+    let text = text.lines().next().unwrap_or("").to_string();
+    let line = text
+        .strip_prefix("user_script:")
+        .and_then(|t| t.split_once(':'))
+        .and_then(|(n, _)| n.parse::<usize>().ok());
+    let text = text.strip_prefix("ERR ").unwrap_or(&text);
+    match line {
+        Some(line) => format!("ERR {text} script: {sha}, on @user_script:{line}."),
+        None => format!("ERR {text} script: {sha}, on @user_script."),
+    }
+}
+
+fn find_raised(err: &mlua::Error) -> Option<RaisedReply> {
+    match err {
+        mlua::Error::CallbackError { cause, .. } => find_raised(cause),
+        mlua::Error::ExternalError(e) => e
+            .downcast_ref::<RaisedReply>()
+            .map(|r| RaisedReply(r.0.clone(), r.1)),
+        _ => None,
+    }
+}
+
+/// `redis.call`'s arguments as a command: strings as they are, numbers as Lua prints them.
+fn command_args(args: &mlua::MultiValue) -> Result<Vec<Bytes>, String> {
+    if args.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".into());
+    }
+    args.iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+            Value::Integer(i) => Ok(Bytes::from(i.to_string())),
+            Value::Number(n) => Ok(Bytes::from(lua_number(*n))),
+            _ => Err("ERR Lua redis lib command arguments must be strings or integers".to_string()),
+        })
+        .collect()
+}
+
+/// A number as Lua 5.1 turns it into a string (`%.14g`).
+fn lua_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        return format!("{}", n as i64);
+    }
+    let s = format!("{n:.13e}");
+    // `%.14g`: fourteen significant digits, trailing zeros dropped.
+    match s.split_once('e') {
+        Some((mant, exp)) => {
+            let exp: i32 = exp.parse().unwrap_or(0);
+            if (-5..14).contains(&exp) {
+                let digits = usize::try_from(13 - exp).unwrap_or(0);
+                let t = format!("{n:.digits$}");
+                let t = t.trim_end_matches('0').trim_end_matches('.');
+                t.to_string()
+            } else {
+                let mant = mant.trim_end_matches('0').trim_end_matches('.');
+                format!("{mant}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+            }
+        }
+        None => s,
+    }
+}
+
+/// Runs one command for a script, on the script's own keys only.
+fn call_command(
+    store: &mut Store,
+    stats: &mut ExecStats,
+    e: &Eval,
+    args: Vec<Bytes>,
+    now: u64,
+) -> Reply {
+    let Some(spec) = lookup(&args[0]) else {
+        return Reply::err("ERR Unknown Redis command called from script");
+    };
+    if spec.name == "time" {
+        let us = now / 1_000;
+        return Reply::Array(vec![
+            Reply::Bulk(Bytes::from((us / 1_000_000).to_string())),
+            Reply::Bulk(Bytes::from((us % 1_000_000).to_string())),
+        ]);
+    }
+    if e.read_only && spec.props.contains(Flags::WRITE) {
+        return Reply::err("ERR Write commands are not allowed from read-only scripts.");
+    }
+    let cmd = match super::parse(Request::from_args(&args), &RuleSet::default()) {
+        Err(err) => return Reply::Error(err.message().into()),
+        Ok(Parsed::Keyed { route, cmd }) => {
+            if matches!(cmd, KeyCmd::Eval(_)) {
+                return Reply::err("ERR This Redis command is not allowed from script");
+            }
+            if !e.keys.contains(&route) {
+                return undeclared();
+            }
+            cmd
+        }
+        Ok(Parsed::Multi(m)) => {
+            if !m.keys().iter().all(|k| e.keys.contains(k)) {
+                return undeclared();
+            }
+            m.into_key_cmd()
+        }
+        Ok(Parsed::Node(..)) => {
+            return Reply::err("ERR This Redis command is not allowed from script");
+        }
+    };
+    if matches!(
+        cmd,
+        KeyCmd::DbSize | KeyCmd::FlushAll | KeyCmd::Keys(_) | KeyCmd::Scan { .. }
+    ) {
+        return Reply::err("ERR This Redis command is not allowed from script");
+    }
+    execute(store, &cmd, now, stats)
+}
+
+fn undeclared() -> Reply {
+    Reply::err("ERR Script attempted to access a key that was not declared in KEYS")
+}
+
+/// A command's reply as Lua sees it: Redis's conversion rules, read off the RESP2 encoding so
+/// every reply shape converts the same way.
+fn reply_to_lua(lua: &Lua, r: &Reply) -> mlua::Result<Value> {
+    let mut buf = Vec::new();
+    encode(&mut ReplyWriter::new(&mut buf, false), r);
+    let mut at = 0;
+    resp_to_lua(lua, &buf, &mut at)
+}
+
+fn resp_to_lua(lua: &Lua, b: &[u8], at: &mut usize) -> mlua::Result<Value> {
+    let bad = || mlua::Error::RuntimeError("ERR internal error: an unreadable reply".into());
+    let tag = *b.get(*at).ok_or_else(bad)?;
+    let start = *at + 1;
+    let end = b[start..]
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map(|p| start + p)
+        .ok_or_else(bad)?;
+    let line = &b[start..end];
+    *at = end + 2;
+    let int = || -> mlua::Result<i64> {
+        std::str::from_utf8(line)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(bad)
+    };
+    match tag {
+        b'+' => {
+            let t = lua.create_table()?;
+            t.set("ok", lua.create_string(line)?)?;
+            Ok(Value::Table(t))
+        }
+        b'-' => {
+            let t = lua.create_table()?;
+            t.set("err", lua.create_string(line)?)?;
+            Ok(Value::Table(t))
+        }
+        b':' => Ok(Value::Integer(int()?)),
+        b'$' => {
+            let n = int()?;
+            if n < 0 {
+                return Ok(Value::Boolean(false));
+            }
+            let n = usize::try_from(n).map_err(|_| bad())?;
+            let data = b.get(*at..*at + n).ok_or_else(bad)?;
+            *at += n + 2;
+            Ok(Value::String(lua.create_string(data)?))
+        }
+        b'*' => {
+            let n = int()?;
+            if n < 0 {
+                return Ok(Value::Boolean(false));
+            }
+            let t = lua.create_table()?;
+            for i in 1..=n {
+                t.raw_set(i, resp_to_lua(lua, b, at)?)?;
+            }
+            Ok(Value::Table(t))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// A script's return value as a reply: Redis's conversion rules (numbers truncated to
+/// integers, `false` and nil as nil, a table as an array up to its first nil, `{err=...}` and
+/// `{ok=...}` as error and status replies).
+fn lua_to_reply(v: &Value, depth: usize) -> Reply {
+    match v {
+        Value::Nil | Value::Boolean(false) => Reply::Nil,
+        Value::Boolean(true) => Reply::Int(1),
+        Value::Integer(i) => Reply::Int(*i),
+        Value::Number(n) => Reply::Int(*n as i64),
+        Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
+        Value::Table(t) if depth < 64 => {
+            if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+                return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned().into());
+            }
+            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+                return Reply::Simple(String::from_utf8_lossy(&s.as_bytes()).into_owned().into());
+            }
+            let mut items = Vec::new();
+            for i in 1.. {
+                match t.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(v) => items.push(lua_to_reply(&v, depth + 1)),
+                }
+            }
+            Reply::Array(items)
+        }
+        _ => Reply::Nil,
+    }
+}
