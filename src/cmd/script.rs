@@ -582,35 +582,44 @@ fn command_args(args: &mlua::MultiValue) -> Result<Vec<Bytes>, String> {
     args.iter()
         .map(|v| match v {
             Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(i) => Ok(Bytes::from(i.to_string())),
+            Value::Integer(i) => Ok(Bytes::from(lua_number(*i as f64))),
             Value::Number(n) => Ok(Bytes::from(lua_number(*n))),
             _ => Err("ERR Lua redis lib command arguments must be strings or integers".to_string()),
         })
         .collect()
 }
 
-/// A number as Lua 5.1 turns it into a string (`%.14g`).
+/// A number as Redis passes it to a command from a script: C's `%.17g`.
 fn lua_number(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e15 {
-        return format!("{}", n as i64);
+    if n.is_nan() {
+        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
     }
-    let s = format!("{n:.13e}");
-    // `%.14g`: fourteen significant digits, trailing zeros dropped.
-    match s.split_once('e') {
-        Some((mant, exp)) => {
-            let exp: i32 = exp.parse().unwrap_or(0);
-            if (-5..14).contains(&exp) {
-                let digits = usize::try_from(13 - exp).unwrap_or(0);
-                let t = format!("{n:.digits$}");
-                let t = t.trim_end_matches('0').trim_end_matches('.');
-                t.to_string()
-            } else {
-                let mant = mant.trim_end_matches('0').trim_end_matches('.');
-                format!("{mant}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
-            }
+    if n.is_infinite() {
+        return if n < 0.0 { "-inf" } else { "inf" }.into();
+    }
+    if n == 0.0 {
+        return if n.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // Seventeen significant digits, rounded once; the exponent is the rounded one, as `%g`
+    // decides between its two forms.
+    let sci = format!("{n:.16e}");
+    let Some((mant, exp)) = sci.split_once('e') else {
+        return sci;
+    };
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let trim = |t: &str| -> String {
+        if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            t.to_string()
         }
-        None => s,
+    };
+    if !(-4..17).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{}e{sign}{:02}", trim(mant), exp.abs());
     }
+    let decimals = usize::try_from(16 - exp).unwrap_or(0);
+    trim(&format!("{n:.decimals$}"))
 }
 
 /// Runs one command for a script, on the script's own keys only.
@@ -758,5 +767,30 @@ fn lua_to_reply(v: &Value, depth: usize) -> Reply {
             Reply::Array(items)
         }
         _ => Reply::Nil,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lua_number;
+
+    #[test]
+    fn numbers_go_to_commands_as_redis_formats_them() {
+        for (n, text) in [
+            (10.0 / 3.0, "3.3333333333333335"),
+            (0.1, "0.10000000000000001"),
+            (1e20, "1e+20"),
+            (9007199254740992.0, "9007199254740992"),
+            (99.5, "99.5"),
+            (-0.0, "-0"),
+            (f64::INFINITY, "inf"),
+            (123456789012345678.0, "1.2345678901234568e+17"),
+            (1.5e-5, "1.5e-05"),
+            (0.00012, "0.00012"),
+            (42.0, "42"),
+            (-7.25, "-7.25"),
+        ] {
+            assert_eq!(lua_number(n), text, "{n}");
+        }
     }
 }
