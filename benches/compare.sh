@@ -4,6 +4,7 @@
 #   bash benches/compare.sh              # full run (about 5-10 minutes)
 #   QUICK=1 bash benches/compare.sh      # smoke run (under 2 minutes)
 #   bash benches/compare.sh cluster      # cluster mode (about 10 minutes; QUICK=1 works too)
+#   bash benches/compare.sh rls          # Envoy rate limit service, gRPC vs RESP (about 4 minutes)
 #
 # Starts its own redis-server and bucketd on free loopback ports, pins each server to the same
 # single core and redis-benchmark to the other, alternates the two servers run by run, and prints
@@ -13,6 +14,12 @@
 # of 3 primaries + 3 replicas and a 3-node bucketd cluster, all nine servers on the one server
 # core, with `redis-benchmark --cluster`, and also measures what each cluster burns while idle.
 # Its report goes to $OUT (default /tmp/bucketd-compare-cluster.md).
+#
+# Rate limit service mode (the argument `rls`, see benches/rls.sh) starts one bucketd node with
+# `--grpc-port` and `--rls-config`, and sends it the same limits as ShouldRateLimit calls and as
+# BK.CHECK / BK.CHECKALL, with 1 and 3 descriptors, from examples/rls_load.rs; besides calls/s
+# and latency it reports the server's CPU time per call. Its report goes to $OUT (default
+# /tmp/bucketd-compare-rls.md).
 #
 # Settings (environment): ROUNDS, N_P1, N_P16, CLIENTS, KEYSPACE, MEM_KEYS, RUN_TIMEOUT, OUT,
 # SERVER_CPU, CLIENT_CPU, and QUIET_PCT / QUIET_WAIT_S / QUIET_BUDGET_S (how long to wait for
@@ -29,8 +36,9 @@ MODE=${1:-standalone}
 case $MODE in
 standalone) DEFAULT_OUT=/tmp/bucketd-compare.md DEFAULT_RUN_TIMEOUT=120 ;;
 cluster) DEFAULT_OUT=/tmp/bucketd-compare-cluster.md DEFAULT_RUN_TIMEOUT=300 ;;
+rls) DEFAULT_OUT=/tmp/bucketd-compare-rls.md DEFAULT_RUN_TIMEOUT=120 ;;
 *)
-    echo "usage: bash benches/compare.sh [standalone|cluster]" >&2
+    echo "usage: bash benches/compare.sh [standalone|cluster|rls]" >&2
     exit 2
     ;;
 esac
@@ -93,9 +101,17 @@ if ((CORES < 2)); then
     CLIENT_CPU=0
 fi
 
-log "building bucketd (cargo build --release)"
-(cd "$ROOT" && cargo build --release >&2)
-BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/bucketd"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+if [[ $MODE == rls ]]; then
+    log "building bucketd and its load generator (cargo build --release --bin bucketd --example rls_load)"
+    (cd "$ROOT" && cargo build --release --bin bucketd --example rls_load >&2)
+    LOADGEN="$TARGET/examples/rls_load"
+    [[ -x $LOADGEN ]] || die "no load generator at $LOADGEN"
+else
+    log "building bucketd (cargo build --release)"
+    (cd "$ROOT" && cargo build --release >&2)
+fi
+BIN="$TARGET/bucketd"
 [[ -x $BIN ]] || die "no binary at $BIN"
 
 WORK=$(mktemp -d /tmp/bucketd-compare.XXXXXX)
@@ -302,6 +318,11 @@ requests_for() { if [[ $1 == 1 ]]; then echo "$N_P1"; else echo "$N_P16"; fi; }
 if [[ $MODE == cluster ]]; then
     # shellcheck source=benches/cluster.sh
     source "$BENCHES/cluster.sh"
+    exit 0
+fi
+if [[ $MODE == rls ]]; then
+    # shellcheck source=benches/rls.sh
+    source "$BENCHES/rls.sh"
     exit 0
 fi
 

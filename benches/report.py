@@ -17,6 +17,12 @@ usage:
       the same layout, with the median server process CPU and server / client core busy %.
   report.py ratio RUNS.tsv NUM_ID DEN_ID PIPELINE
       prints the ratio of the median ops/s of NUM_ID's runs to DEN_ID's at that pipeline.
+  report.py rls RUNS.tsv
+      RUNS.tsv lines (benches/rls.sh): id (grpc:CONNECTIONS or resp:CONNECTIONS),
+      descriptors, round, calls/s, p50_ms, p99_ms, server_cpu_us_per_call,
+      server_core_busy_pct, client_core_busy_pct, started_busy (0/1). One table line per
+      descriptor count and RESP id, next to the gRPC runs: the medians of each and the ratios
+      gRPC / RESP of calls/s and of CPU per call.
 """
 
 import csv
@@ -165,6 +171,47 @@ def ratio(path, num_id, den_id, pipe):
     print(f"{a / b:.2f}x" if a and b else "n/a")
 
 
+def rls(path):
+    runs = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 10:
+                continue
+            try:
+                values = [float(v) for v in parts[3:]]
+            except ValueError:
+                continue
+            runs.setdefault((parts[0], parts[1]), []).append(values)
+
+    def conns(rid):
+        return int(rid.split(":")[1])
+
+    grpc_ids = sorted({r for (r, _) in runs if r.startswith("grpc:")}, key=conns)
+    resp_ids = sorted({r for (r, _) in runs if r.startswith("resp:")}, key=conns, reverse=True)
+    descs = sorted({d for (_, d) in runs}, key=int)
+    print(
+        "| descriptors | connections gRPC / RESP | RESP calls/s | gRPC calls/s | gRPC / RESP | "
+        "RESP p50 / p99 ms | gRPC p50 / p99 ms | RESP CPU us/call | gRPC CPU us/call | "
+        "gRPC / RESP CPU | RESP busy server / client core | gRPC busy server / client core |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for d in descs:
+        for gid in grpc_ids:
+            for rid in resp_ids:
+                r, g = runs.get((rid, d)), runs.get((gid, d))
+                if not r or not g:
+                    continue
+                rate = f"{median_of(g, 0) / median_of(r, 0):.2f}x"
+                cr, cg = median_of(r, 3), median_of(g, 3)
+                cpu_ratio = f"{cg / cr:.2f}x" if cr else "n/a"
+                print(
+                    f"| {d} | {conns(gid)} / {conns(rid)} | {ops(r)} | {ops(g)} | {rate} | "
+                    f"{lat(r)} | {lat(g)} | {cr:.2f} | {cg:.2f} | {cpu_ratio} | {cpu(r)} | "
+                    f"{cpu(g)} |"
+                )
+
+
 def main():
     if len(sys.argv) >= 2 and sys.argv[1] == "parse-csv":
         parse_csv()
@@ -172,6 +219,8 @@ def main():
         pairs(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
     elif len(sys.argv) >= 4 and sys.argv[1] in ("columns", "cpu-columns"):
         columns(sys.argv[2], sys.argv[3:], sys.argv[1] == "cpu-columns")
+    elif len(sys.argv) == 3 and sys.argv[1] == "rls":
+        rls(sys.argv[2])
     elif len(sys.argv) == 6 and sys.argv[1] == "ratio":
         ratio(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
