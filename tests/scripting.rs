@@ -1,0 +1,196 @@
+//! Lua scripts, side by side with a real Redis started by the test: the scripts rate limiters
+//! run, Redis's conversions and its errors, word for word.
+
+mod common;
+
+use common::real_redis::{RealRedis, SideBySide};
+use common::{Resp, TestNode, bounded};
+
+/// A fixed-window limiter as gateways write it: INCR, and PEXPIRE on the window's first hit.
+const FIXED_WINDOW: &str = "
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if n > tonumber(ARGV[1]) then return {0, n} end
+return {1, n}";
+
+#[tokio::test]
+async fn scripts_answer_as_redis_does() {
+    bounded(async {
+        let node = TestNode::start().await;
+        let redis = RealRedis::start().await;
+        let mut sb = SideBySide::connect(&node, &redis).await;
+
+        // A fixed window of 3 per minute: EVAL caches the script, EVALSHA finds it.
+        let sha = sb.same(&["SCRIPT", "LOAD", FIXED_WINDOW]).await;
+        let sha = sha.as_text();
+        for _ in 0..5 {
+            sb.same(&["EVALSHA", &sha, "1", "fw:user", "3", "60000"])
+                .await;
+        }
+        sb.same(&["EVAL", FIXED_WINDOW, "1", "fw:other", "3", "60000"])
+            .await;
+        sb.same(&[
+            "SCRIPT",
+            "EXISTS",
+            &sha,
+            "ffffffffffffffffffffffffffffffffffffffff",
+        ])
+        .await;
+        sb.same(&["SCRIPT", "FLUSH"]).await;
+        sb.same_error(&["EVALSHA", &sha, "1", "fw:user", "3", "60000"])
+            .await;
+        sb.same(&["EVAL", FIXED_WINDOW, "1", "fw:user", "3", "60000"])
+            .await;
+
+        // Lua to RESP: integers truncated, false is nil, true is 1, a table stops at its
+        // first nil, nested tables, status and error tables.
+        for script in [
+            "return 3.99",
+            "return -3.7",
+            "return {1, 2.7, 'a', false, true, {3, {4}}}",
+            "return {1, nil, 3}",
+            "return false",
+            "return true",
+            "return nil",
+            "return redis.status_reply('FINE')",
+            "return {ok = 'DONE'}",
+            "return tostring(10/3) .. ' ' .. tostring(1e20)",
+            "return redis.sha1hex('')",
+        ] {
+            sb.same(&["EVAL", script, "0"]).await;
+        }
+        // RESP to Lua, and numbers from Lua into commands (%.17g).
+        sb.same(&[
+            "EVAL",
+            "redis.call('SET', KEYS[1], 10/3) return redis.call('GET', KEYS[1])",
+            "1",
+            "num",
+        ])
+        .await;
+        sb.same(&[
+            "EVAL",
+            "redis.call('SET', KEYS[1], 0.1) return redis.call('GET', KEYS[1])",
+            "1",
+            "num",
+        ])
+        .await;
+        sb.same(&[
+            "EVAL",
+            "return redis.call('GET', KEYS[1]) == false",
+            "1",
+            "missing",
+        ])
+        .await;
+        sb.same(&[
+            "EVAL",
+            "return type(redis.call('SET', KEYS[1], 'v'))",
+            "1",
+            "t",
+        ])
+        .await;
+        sb.same(&["EVAL", "return redis.call('SET', KEYS[1], 'v')", "1", "t"])
+            .await;
+        sb.same(&["EVAL", "return redis.pcall('INCR', KEYS[1])", "1", "t"])
+            .await;
+        sb.same(&[
+            "EVAL",
+            "return {KEYS[1], KEYS[2], ARGV[1], ARGV[2], #ARGV}",
+            "2",
+            "{a}1",
+            "{a}2",
+            "x",
+            "y",
+        ])
+        .await;
+
+        // Errors, with the script's SHA1 and line.
+        for script in [
+            "return x",
+            "x = 1",
+            "error('boom')",
+            "return redis.call('INCR', KEYS[1])",
+            "return redis.call('nosuch')",
+            "return redis.call()",
+            "return redis.call('GET', {})",
+            "return redis.error_reply('MY bad')",
+            "local x =",
+            "return +",
+        ] {
+            sb.same_error(&["EVAL", script, "1", "t"]).await;
+        }
+        sb.same_error(&["EVAL_RO", "return redis.call('SET', KEYS[1], 1)", "1", "t"])
+            .await;
+        sb.same(&["EVAL_RO", "return redis.call('GET', KEYS[1])", "1", "t"])
+            .await;
+        sb.same_error(&["EVAL", "return 1", "-1"]).await;
+        sb.same_error(&["EVAL", "return 1", "5", "a"]).await;
+        sb.same_error(&["EVAL", "return 1"]).await;
+        sb.same_error(&["SCRIPT", "LOAD", "return +"]).await;
+        sb.same_error(&["EVALSHA", "nosuchsha", "0"]).await;
+        node.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn scripts_are_kept_to_their_keys_and_to_deterministic_bounded_work() {
+    bounded(async {
+        let node = TestNode::start().await;
+        let mut c = node.raw().await;
+        let err = |r: Resp| match r {
+            Resp::Error(e) => e,
+            other => panic!("expected an error, got {other:?}"),
+        };
+        // A key the script did not declare.
+        let e = err(c
+            .cmd(&["EVAL", "return redis.call('GET', 'other')", "1", "mine"])
+            .await);
+        assert!(e.contains("not declared in KEYS"), "{e}");
+        // No random source, clock, file system or process.
+        for script in [
+            "return math.random()",
+            "return os.time()",
+            "return io.open('/etc/passwd')",
+            "return require('os')",
+            "return dofile('/etc/passwd')",
+        ] {
+            let e = err(c.cmd(&["EVAL", script, "0"]).await);
+            assert!(e.starts_with("ERR user_script:1:"), "{script}: {e}");
+        }
+        // Node commands are not reachable from a script.
+        let e = err(c.cmd(&["EVAL", "return redis.call('FLUSHALL')", "0"]).await);
+        assert!(e.contains("not allowed from script"), "{e}");
+        // TIME inside a script is the node's clock, which the test moves.
+        let t = c.cmd(&["EVAL", "return redis.call('TIME')[1]", "0"]).await;
+        assert_eq!(
+            t,
+            Resp::Bulk((common::START_NS / 1_000_000_000).to_string().into_bytes())
+        );
+        node.advance_ms(5_000);
+        let t = c.cmd(&["EVAL", "return redis.call('TIME')[1]", "0"]).await;
+        assert_eq!(
+            t,
+            Resp::Bulk(
+                (common::START_NS / 1_000_000_000 + 5)
+                    .to_string()
+                    .into_bytes()
+            )
+        );
+        // A runaway script is stopped, and the node goes on serving.
+        let e = err(c.cmd(&["EVAL", "while true do end", "0"]).await);
+        assert!(e.contains("Script stopped"), "{e}");
+        // One that takes all the memory it is given, too, and the next one runs.
+        let e = err(c
+            .cmd(&[
+                "EVAL",
+                "local t = {} for i = 1, 1e9 do t[i] = 'xxxxxxxxxxxxxxxx' .. i end",
+                "0",
+            ])
+            .await);
+        assert!(e.contains("not enough memory"), "{e}");
+        assert_eq!(c.cmd(&["EVAL", "return 7", "0"]).await, Resp::Int(7));
+        assert_eq!(c.cmd(&["PING"]).await, Resp::Simple("PONG".into()));
+        node.shutdown().await;
+    })
+    .await;
+}
