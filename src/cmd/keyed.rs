@@ -537,12 +537,12 @@ pub(super) fn string_value(value: &[u8]) -> Value<'_> {
     }
 }
 
-/// A string key's value as a bulk reply; None for a bucket.
+/// A string key's value as a bulk reply; None for a bucket or a semaphore.
 pub(super) fn string_reply(value: Value<'_>) -> Option<Reply> {
     match value {
         Value::Str(s) => Some(Reply::Bulk(Bytes::copy_from_slice(s))),
         Value::Int(v) => Some(Reply::Bulk(Bytes::from(v.to_string()))),
-        Value::Bucket(_) => None,
+        Value::Bucket(_) | Value::Semaphore(_) => None,
     }
 }
 
