@@ -330,6 +330,22 @@ fn every_key_cmd() -> Vec<(&'static str, KeyCmd)> {
                 type_name: None,
             },
         ),
+        (
+            "Acquire",
+            KeyCmd::Acquire {
+                key: b("c"),
+                limit: 10,
+                ttl_ns: 30_000_000_000,
+            },
+        ),
+        (
+            "Release",
+            KeyCmd::Release {
+                key: b("c"),
+                token: 1_700_000_000_000_000_000,
+            },
+        ),
+        ("InFlight", KeyCmd::InFlight(b("c"))),
     ]
 }
 
@@ -555,6 +571,9 @@ const GOLDEN_KEY_CMD: &[(&str, &str)] = &[
     ("MGet", "190201610162"),
     ("MSet", "1a02016101620201310132"),
     ("Scan", "1b070a01026b2a00"),
+    ("Acquire", "1f01630afd00ac23fc06000000"),
+    ("Release", "200163fd00002a36fe9c9717"),
+    ("InFlight", "210163"),
 ];
 const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Ok", "00"),

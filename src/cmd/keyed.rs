@@ -9,7 +9,7 @@
 //! log and snapshots: their variant order and field order are an on-disk format. Variants are
 //! only ever appended; none is removed, moved elsewhere, or reordered.
 
-use super::{cell, expiry, keyspace, limits, scan, server, strings};
+use super::{cell, concurrency, expiry, keyspace, limits, scan, server, strings};
 use crate::limiter::Decision;
 use crate::limiter::Rule;
 use crate::limiter::cell::CellArgs;
@@ -268,6 +268,19 @@ pub enum KeyCmd {
         rules: Vec<Rule>,
         costs: Vec<u64>,
     },
+    /// BK.ACQUIRE: takes one of `limit` (1 to 100 000) slots for `ttl_ns` (positive).
+    Acquire {
+        key: Bytes,
+        limit: u64,
+        ttl_ns: u64,
+    },
+    /// BK.RELEASE: gives back the slot `token` holds.
+    Release {
+        key: Bytes,
+        token: u64,
+    },
+    /// BK.INFLIGHT: how many slots are held.
+    InFlight(Bytes),
 }
 
 /// A limit decision as it goes on the wire:
@@ -521,6 +534,11 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             |i| costs.get(i).copied().unwrap_or(0),
             now,
         ),
+        KeyCmd::Acquire { key, limit, ttl_ns } => {
+            concurrency::acquire(store, key, *limit, *ttl_ns, now)
+        }
+        KeyCmd::Release { key, token } => concurrency::release(store, key, *token, now),
+        KeyCmd::InFlight(key) => concurrency::in_flight(store, key, now),
     }
 }
 

@@ -1034,6 +1034,9 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::MSet { .. }
         | KeyCmd::Meta(_)
         | KeyCmd::CheckSet { .. }
-        | KeyCmd::RefundSet { .. } => false,
+        | KeyCmd::RefundSet { .. }
+        | KeyCmd::Acquire { .. }
+        | KeyCmd::Release { .. }
+        | KeyCmd::InFlight(_) => false,
     }
 }
