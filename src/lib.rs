@@ -111,6 +111,8 @@ pub mod internals {
         pub use crate::shard::{ShardCore, ShardMsg, ShardStats, Transport, channel};
     }
     pub mod store {
-        pub use crate::store::{OwnedValue, Record, Slot, Store, Value};
+        pub use crate::store::{
+            Holder, Holders, OwnedValue, Record, Semaphore, Slot, Store, Value,
+        };
     }
 }

@@ -16,7 +16,7 @@ use bucketd::internals::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, 
 use bucketd::internals::cmd::keyed::{
     ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
 };
-use bucketd::internals::store::{OwnedValue, Record};
+use bucketd::internals::store::{Holder, OwnedValue, Record};
 use bucketd::limiter::cell::CellArgs;
 use bucketd::limiter::{Algorithm, Rule, State};
 use bytes::Bytes;
@@ -330,6 +330,22 @@ fn every_key_cmd() -> Vec<(&'static str, KeyCmd)> {
                 type_name: None,
             },
         ),
+        (
+            "Acquire",
+            KeyCmd::Acquire {
+                key: b("c"),
+                limit: 10,
+                ttl_ns: 30_000_000_000,
+            },
+        ),
+        (
+            "Release",
+            KeyCmd::Release {
+                key: b("c"),
+                token: 1_700_000_000_000_000_000,
+            },
+        ),
+        ("InFlight", KeyCmd::InFlight(b("c"))),
     ]
 }
 
@@ -460,6 +476,22 @@ fn snapshot_records_keep_their_encoding() {
             enc("OwnedValue::Bucket", &records[0].value),
             enc("OwnedValue::Int", &records[1].value),
             enc("OwnedValue::Str", &records[2].value),
+            enc(
+                "OwnedValue::Semaphore",
+                &OwnedValue::Semaphore {
+                    next_token: 1_700_000_000_000_000_002,
+                    holders: vec![
+                        Holder {
+                            token: 1_700_000_000_000_000_000,
+                            deadline: 1_700_000_030_000_000_000,
+                        },
+                        Holder {
+                            token: 1_700_000_000_000_000_001,
+                            deadline: 1_700_000_000_500_000_000,
+                        },
+                    ],
+                },
+            ),
             enc("Record", &records[0]),
             enc("snapshot body", &body),
         ],
@@ -539,6 +571,9 @@ const GOLDEN_KEY_CMD: &[(&str, &str)] = &[
     ("MGet", "190201610162"),
     ("MSet", "1a02016101620201310132"),
     ("Scan", "1b070a01026b2a00"),
+    ("Acquire", "1f01630afd00ac23fc06000000"),
+    ("Release", "200163fd00002a36fe9c9717"),
+    ("InFlight", "210163"),
 ];
 const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Ok", "00"),
@@ -582,6 +617,10 @@ const GOLDEN_SNAPSHOT: &[(&str, &str)] = &[
     ("OwnedValue::Bucket", "0000fd00e11f3cfe9c9717"),
     ("OwnedValue::Int", "0113"),
     ("OwnedValue::Str", "020300ff76"),
+    (
+        "OwnedValue::Semaphore",
+        "03fd02002a36fe9c971702fd00002a36fe9c9717fd00ac4d32059d9717fd01002a36fe9c9717fd0065f753fe9c9717",
+    ),
     ("Record", "01620000fd00e11f3cfe9c9717fd00e11f3cfe9c9717"),
     (
         "snapshot body",

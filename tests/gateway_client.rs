@@ -237,3 +237,49 @@ async fn reconnects_after_the_node_comes_back() {
     connected.ping().await.unwrap();
     again.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_takes_slots_that_release_or_their_ttl_gives_back() {
+    let mut node = Node::start().await;
+    let c = node.client();
+    let ttl = Duration::from_secs(30);
+    let first = c.acquire("conc", 2, ttl).await.unwrap();
+    let second = c.acquire("conc", 2, ttl).await.unwrap();
+    assert!(first.allowed() && second.allowed());
+    assert_eq!(
+        (second.in_flight, second.limit, second.retry_after),
+        (2, 2, None)
+    );
+    let (first, second) = (first.permit.unwrap(), second.permit.unwrap());
+    assert_eq!(first.key(), b"conc");
+    assert_ne!(first.token(), second.token());
+
+    node.clock.advance_ms(10_000);
+    let refused = c.acquire("conc", 2, ttl).await.unwrap();
+    assert!(!refused.allowed());
+    assert_eq!((refused.in_flight, refused.limit), (2, 2));
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(20)));
+    assert_eq!(c.in_flight("conc").await.unwrap(), 2);
+
+    assert!(c.release(&first).await.unwrap());
+    assert!(!c.release(&first).await.unwrap(), "released once only");
+    assert_eq!(c.in_flight("conc").await.unwrap(), 1);
+    // A ttl finer than a millisecond is sent as it is.
+    let short = c
+        .acquire("conc", 2, Duration::from_micros(1500))
+        .await
+        .unwrap();
+    assert!(short.allowed());
+    node.clock.advance_ms(2);
+    assert_eq!(c.in_flight("conc").await.unwrap(), 1);
+    // The holder that never gives its slot back loses it at its ttl.
+    node.clock.advance_ms(19_998);
+    assert_eq!(c.in_flight("conc").await.unwrap(), 0);
+    assert!(!c.release(&second).await.unwrap());
+
+    let e = c.acquire("conc", 0, ttl).await.unwrap_err();
+    assert!(e.is_server(), "{e}");
+    let e = c.acquire("conc", 1, Duration::ZERO).await.unwrap_err();
+    assert!(e.is_server(), "{e}");
+    node.stop().await;
+}

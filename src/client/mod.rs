@@ -140,6 +140,45 @@ pub struct Lease {
     pub reset_after: Duration,
 }
 
+/// A slot of a concurrency limit, taken by [`Client::acquire`]. Give it back with
+/// [`Client::release`]; one never given back frees itself when its ttl runs out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permit {
+    key: Vec<u8>,
+    token: String,
+}
+
+impl Permit {
+    /// The limit's key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// What bucketd handed out for this slot (opaque).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// What [`Client::acquire`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    /// The slot taken; `None` when all `limit` slots were held.
+    pub permit: Option<Permit>,
+    /// Slots held right after this call.
+    pub in_flight: u64,
+    pub limit: u64,
+    /// When refused: how long until the holders' ttls alone free a slot. A holder that
+    /// releases frees one sooner, so this is the longest a caller could have to wait.
+    pub retry_after: Option<Duration>,
+}
+
+impl Acquired {
+    pub fn allowed(&self) -> bool {
+        self.permit.is_some()
+    }
+}
+
 /// How to build a [`Client`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
@@ -514,6 +553,63 @@ impl Client {
         Ok(total)
     }
 
+    /// `BK.ACQUIRE`: takes one of at most `limit` in-flight slots on `key`, held until
+    /// released or for `ttl` at most (sent in milliseconds when it is whole milliseconds,
+    /// else in nanoseconds).
+    pub async fn acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Acquired, Error> {
+        let key = key.as_ref();
+        let mut cmd = redis::cmd("BK.ACQUIRE");
+        cmd.arg(key).arg(limit).arg(ttl_arg(ttl));
+        let v = self.call(cmd, None).await?;
+        let bad = || Error::Reply(format!("BK.ACQUIRE: expected 5 fields, got {v:?}"));
+        let Value::Array(f) = &v else {
+            return Err(bad());
+        };
+        let [allowed, token, in_flight, limit, retry] = f.as_slice() else {
+            return Err(bad());
+        };
+        let permit = match (int(allowed, "BK.ACQUIRE")?, token) {
+            (1, Value::BulkString(t)) => Some(Permit {
+                key: key.to_vec(),
+                token: String::from_utf8(t.clone()).map_err(|_| bad())?,
+            }),
+            (0, Value::Nil) => None,
+            _ => return Err(bad()),
+        };
+        Ok(Acquired {
+            retry_after: match permit {
+                Some(_) => None,
+                None => millis(int(retry, "BK.ACQUIRE")?),
+            },
+            permit,
+            in_flight: non_negative(int(in_flight, "BK.ACQUIRE")?),
+            limit: non_negative(int(limit, "BK.ACQUIRE")?),
+        })
+    }
+
+    /// `BK.RELEASE`: gives a slot back; false if it was no longer held (released before, or
+    /// its ttl ran out).
+    pub async fn release(&self, permit: &Permit) -> Result<bool, Error> {
+        let mut cmd = redis::cmd("BK.RELEASE");
+        cmd.arg(permit.key()).arg(permit.token());
+        Ok(int(&self.call(cmd, None).await?, "BK.RELEASE")? == 1)
+    }
+
+    /// `BK.INFLIGHT`: how many slots of a concurrency limit are held now.
+    pub async fn in_flight(&self, key: impl AsRef<[u8]>) -> Result<u64, Error> {
+        let mut cmd = redis::cmd("BK.INFLIGHT");
+        cmd.arg(key.as_ref());
+        Ok(non_negative(int(
+            &self.call(cmd, None).await?,
+            "BK.INFLIGHT",
+        )?))
+    }
+
     /// `CL.THROTTLE` (redis-cell): `count` per `period_secs` with `max_burst` extra, taking
     /// `quantity`. `limit` is `max_burst + 1`; times are whole seconds, as the command gives them.
     pub async fn throttle(
@@ -576,6 +672,16 @@ fn millis(v: i64) -> Option<Duration> {
     u64::try_from(v).ok().map(Duration::from_millis)
 }
 
+/// A ttl as BK.ACQUIRE takes it: whole milliseconds as a bare number, anything finer in ns.
+fn ttl_arg(ttl: Duration) -> String {
+    let ns = ttl.as_nanos();
+    if ns.is_multiple_of(1_000_000) {
+        (ns / 1_000_000).to_string()
+    } else {
+        format!("{ns}ns")
+    }
+}
+
 fn decision(f: &[i64]) -> Result<Decision, Error> {
     let [allowed, limit, remaining, retry, reset] = f else {
         return Err(Error::Reply(format!(
@@ -625,6 +731,14 @@ mod tests {
         assert!(ints(&five, 6, "x").unwrap_err().to_string().contains("6"));
         let bad = Value::Array(vec![Value::Nil; 5]);
         assert!(matches!(ints(&bad, 5, "x"), Err(Error::Reply(_))));
+    }
+
+    #[test]
+    fn ttls_are_sent_exactly() {
+        assert_eq!(ttl_arg(Duration::from_secs(30)), "30000");
+        assert_eq!(ttl_arg(Duration::from_millis(1)), "1");
+        assert_eq!(ttl_arg(Duration::from_micros(1500)), "1500000ns");
+        assert_eq!(ttl_arg(Duration::ZERO), "0");
     }
 
     #[test]

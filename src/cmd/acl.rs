@@ -123,6 +123,9 @@ mod tests {
         assert!(ok(&["BK.CHECKALL", "2", "a", "b", "1/1s", "2/1s", "PEEK"]));
         assert!(!ok(&["BK.CHECKALL", "2", "a", "PEEK", "1/1s", "2/1s"]));
         assert!(!ok(&["CL.THROTTLE", "k", "1", "1", "1"]));
+        assert!(!ok(&["BK.ACQUIRE", "k", "1", "1s"]));
+        assert!(!ok(&["BK.RELEASE", "k", "1"]));
+        assert!(ok(&["BK.INFLIGHT", "k"]));
         assert!(!ok(&["INCR", "k"]));
         assert!(ok(&["GET", "k"]));
         assert!(ok(&["INFO"]));

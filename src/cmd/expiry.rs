@@ -8,7 +8,7 @@ use super::table::{CommandSpec, Parser, command};
 use super::{ParseError, Parsed, c_str};
 use crate::protocol::{ArgError, Args};
 use crate::rules::RuleSet;
-use crate::store::{Slot, Store, Value};
+use crate::store::{Slot, Store};
 
 pub(super) const COMMANDS: &[CommandSpec] = &[
     command! {
@@ -244,8 +244,9 @@ pub(super) fn expire_checked(
 pub(super) fn persist(store: &mut Store, key: &[u8], now: u64) -> Reply {
     match store.slot(key, now) {
         Slot::Live(mut live) if live.get().expires_at != 0 => {
-            if matches!(live.get().value, Value::Bucket(_)) {
-                // A bucket's expiry is when it is full again; it has no other meaning.
+            if live.get().value.sets_own_expiry() {
+                // A bucket's expiry is when it is full again, a semaphore's when its last
+                // holder's time is up; neither has another meaning.
                 return Reply::Int(0);
             }
             live.set_expiry(0);
@@ -294,9 +295,9 @@ pub(super) fn expire(
     let Slot::Live(mut live) = store.slot(key, now) else {
         return Reply::Int(0);
     };
-    if matches!(live.get().value, Value::Bucket(_)) {
+    if live.get().value.sets_own_expiry() {
         // A bucket expires when it has refilled; letting a client shorten that would refund
-        // tokens, so only DEL / BK.RESET clear a bucket early.
+        // tokens (or free a semaphore's slots), so only DEL / BK.RESET clear one early.
         return Reply::Int(0);
     }
     let target: i128 = if absolute {

@@ -9,7 +9,7 @@
 //! log and snapshots: their variant order and field order are an on-disk format. Variants are
 //! only ever appended; none is removed, moved elsewhere, or reordered.
 
-use super::{cell, expiry, keyspace, limits, scan, server, strings};
+use super::{cell, concurrency, expiry, keyspace, limits, scan, server, strings};
 use crate::limiter::Decision;
 use crate::limiter::Rule;
 use crate::limiter::cell::CellArgs;
@@ -268,6 +268,19 @@ pub enum KeyCmd {
         rules: Vec<Rule>,
         costs: Vec<u64>,
     },
+    /// BK.ACQUIRE: takes one of `limit` (1 to 100 000) slots for `ttl_ns` (positive).
+    Acquire {
+        key: Bytes,
+        limit: u64,
+        ttl_ns: u64,
+    },
+    /// BK.RELEASE: gives back the slot `token` holds.
+    Release {
+        key: Bytes,
+        token: u64,
+    },
+    /// BK.INFLIGHT: how many slots are held.
+    InFlight(Bytes),
     /// EVAL and friends: a Lua script on keys this shard owns, run whole.
     Eval(Box<super::script::Eval>),
 }
@@ -524,6 +537,11 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             |i| costs.get(i).copied().unwrap_or(0),
             now,
         ),
+        KeyCmd::Acquire { key, limit, ttl_ns } => {
+            concurrency::acquire(store, key, *limit, *ttl_ns, now)
+        }
+        KeyCmd::Release { key, token } => concurrency::release(store, key, *token, now),
+        KeyCmd::InFlight(key) => concurrency::in_flight(store, key, now),
     }
 }
 
@@ -540,12 +558,12 @@ pub(super) fn string_value(value: &[u8]) -> Value<'_> {
     }
 }
 
-/// A string key's value as a bulk reply; None for a bucket.
+/// A string key's value as a bulk reply; None for a bucket or a semaphore.
 pub(super) fn string_reply(value: Value<'_>) -> Option<Reply> {
     match value {
         Value::Str(s) => Some(Reply::Bulk(Bytes::copy_from_slice(s))),
         Value::Int(v) => Some(Reply::Bulk(Bytes::from(v.to_string()))),
-        Value::Bucket(_) => None,
+        Value::Bucket(_) | Value::Semaphore(_) => None,
     }
 }
 

@@ -73,11 +73,19 @@ fn parse_exists(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 }
 
 pub(super) fn type_of(store: &Store, key: &[u8], now: u64) -> Reply {
-    Reply::Simple(Cow::Borrowed(match store.get(key, now).map(|e| e.value) {
-        None => "none",
-        Some(Value::Bucket(_)) => "bucket",
-        Some(_) => "string",
-    }))
+    Reply::Simple(Cow::Borrowed(
+        store.get(key, now).map_or("none", |e| type_name(&e.value)),
+    ))
+}
+
+/// What TYPE (and SCAN's TYPE filter) calls a value. Redis has no limiter types, so bucketd
+/// names its own: `bucket` for rate-limit state, `semaphore` for a concurrency limit.
+pub(super) fn type_name(value: &Value<'_>) -> &'static str {
+    match value {
+        Value::Bucket(_) => "bucket",
+        Value::Semaphore(_) => "semaphore",
+        Value::Int(_) | Value::Str(_) => "string",
+    }
 }
 
 pub(super) fn del(store: &mut Store, keys: &[Bytes], now: u64) -> Reply {

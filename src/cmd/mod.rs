@@ -24,6 +24,7 @@
 pub(crate) mod acl;
 pub(crate) mod cell;
 pub(crate) mod cluster;
+pub(crate) mod concurrency;
 pub(crate) mod connection;
 pub(crate) mod expiry;
 pub(crate) mod float;

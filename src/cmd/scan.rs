@@ -5,13 +5,13 @@
 use super::keyed::KeyCmd;
 use super::node::{Failure, msg as fail};
 use super::table::{CommandSpec, Parser, command};
-use super::{NodeCmd, keyed::Reply, msg};
+use super::{NodeCmd, keyed::Reply, keyspace, msg};
 use crate::cmd::keyed::encode;
 use crate::protocol::ReplyWriter;
 use crate::protocol::{ArgError, Args};
 use crate::server::conn::Conn;
 use crate::store::SCAN_POSITION_BITS;
-use crate::store::{Store, Value};
+use crate::store::Store;
 use bytes::Bytes;
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]
@@ -90,7 +90,7 @@ fn parse_cursor(b: &[u8]) -> Option<u64> {
 
 /// One shard's step of SCAN from scan position `from`: replies
 /// `[next position or -1 when done, keys examined, [keys...]]`. `type_name` is matched as
-/// TYPE names it (`string`, `bucket`), in any case.
+/// TYPE names it (`string`, `bucket`, `semaphore`), in any case.
 pub(super) fn step(
     store: &Store,
     from: u64,
@@ -102,11 +102,7 @@ pub(super) fn step(
     let mut keys = Vec::new();
     let count = usize::try_from(count).unwrap_or(usize::MAX);
     let step = store.scan(from, count, now, |k, v| {
-        let kind: &[u8] = if matches!(v, Value::Bucket(_)) {
-            b"bucket"
-        } else {
-            b"string"
-        };
+        let kind = keyspace::type_name(&v).as_bytes();
         if pattern.is_none_or(|p| crate::glob::matches(p, k))
             && type_name.is_none_or(|t| t.eq_ignore_ascii_case(kind))
         {

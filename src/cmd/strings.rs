@@ -436,7 +436,7 @@ pub(super) fn get(store: &Store, key: &[u8], now: u64) -> Reply {
         None => Reply::Nil,
         Some(Value::Str(s)) => Reply::Bulk(Bytes::copy_from_slice(s)),
         Some(Value::Int(v)) => Reply::Bulk(Bytes::from(v.to_string())),
-        Some(Value::Bucket(_)) => Reply::err(WRONGTYPE),
+        Some(Value::Bucket(_) | Value::Semaphore(_)) => Reply::err(WRONGTYPE),
     }
 }
 
@@ -586,7 +586,7 @@ pub(super) fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Re
                     Some(v) => v,
                     None => return Reply::err(NOT_INT),
                 },
-                Value::Bucket(_) => return Reply::err(WRONGTYPE),
+                Value::Bucket(_) | Value::Semaphore(_) => return Reply::err(WRONGTYPE),
             };
             let Some(next) = cur.checked_add(delta) else {
                 return Reply::err(OVERFLOW);
@@ -652,7 +652,7 @@ pub(super) fn incr_by_float(store: &mut Store, key: &[u8], incr: &[u8], now: u64
         Slot::Live(live) => match live.get().value {
             Value::Int(v) => Ok(Some(float::LongDouble::from_i64(v))),
             Value::Str(s) => read(s),
-            Value::Bucket(_) => return Reply::err(WRONGTYPE),
+            Value::Bucket(_) | Value::Semaphore(_) => return Reply::err(WRONGTYPE),
         },
         Slot::Empty(_) => Ok(Some(float::LongDouble::from_i64(0))),
     };
@@ -711,12 +711,7 @@ pub(super) fn mset(store: &mut Store, keys: &[Bytes], values: &[Bytes], now: u64
         match store.slot(key, now) {
             Slot::Live(mut live) => {
                 let e = live.get();
-                let before = match e.value {
-                    Value::Bucket(b) => OwnedValue::Bucket(b),
-                    Value::Int(i) => OwnedValue::Int(i),
-                    Value::Str(s) => OwnedValue::Str(s.to_vec()),
-                };
-                undo.push((key, Some((before, e.expires_at))));
+                undo.push((key, Some((OwnedValue::from(e.value), e.expires_at))));
                 live.set(stored, 0);
             }
             Slot::Empty(empty) => {
@@ -725,12 +720,8 @@ pub(super) fn mset(store: &mut Store, keys: &[Bytes], values: &[Bytes], now: u64
                         match (store.slot(key, now), before) {
                             (Slot::Live(live), None) => live.remove(),
                             (Slot::Live(mut live), Some((v, exp))) => {
-                                let v = match &v {
-                                    OwnedValue::Bucket(b) => Value::Bucket(*b),
-                                    OwnedValue::Int(i) => Value::Int(*i),
-                                    OwnedValue::Str(s) => Value::Str(s),
-                                };
-                                live.set(v, exp);
+                                let mut holders = Vec::new();
+                                live.set(v.as_value(&mut holders), exp);
                             }
                             // Every key set above is live: nothing set it to expire.
                             (Slot::Empty(_), _) => {}

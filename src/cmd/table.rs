@@ -7,8 +7,8 @@
 
 use super::NodeCmd;
 use super::{
-    ParseError, Parsed, cell, cluster, connection, expiry, keyspace, limits, rules, scan, script,
-    server, strings, transactions,
+    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, keyspace, limits, rules,
+    scan, script, server, strings, transactions,
 };
 use crate::protocol::{ArgError, Args, ReplyWriter};
 use crate::rules::RuleSet;
@@ -149,6 +149,7 @@ const FAMILIES: &[&[CommandSpec]] = &[
     keyspace::COMMANDS,
     cell::COMMANDS,
     limits::COMMANDS,
+    concurrency::COMMANDS,
     rules::COMMANDS,
     cluster::COMMANDS,
     transactions::COMMANDS,

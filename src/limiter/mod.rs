@@ -247,7 +247,7 @@ fn parse_number(s: &str) -> Result<u64, RuleError> {
     })
 }
 
-fn parse_period(s: &str) -> Result<u64, RuleError> {
+pub(crate) fn parse_period(s: &str) -> Result<u64, RuleError> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at_checked(split).ok_or(RuleError::Syntax)?;
     let scale = match unit {

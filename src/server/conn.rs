@@ -1075,7 +1075,10 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::MSet { .. }
         | KeyCmd::Meta(_)
         | KeyCmd::CheckSet { .. }
-        | KeyCmd::RefundSet { .. } => false,
+        | KeyCmd::RefundSet { .. }
+        | KeyCmd::Acquire { .. }
+        | KeyCmd::Release { .. }
+        | KeyCmd::InFlight(_) => false,
         // A script can return what it read.
         KeyCmd::Eval(_) => true,
     }

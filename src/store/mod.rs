@@ -20,7 +20,7 @@ mod record;
 mod table;
 mod usage;
 
-pub use record::{OwnedValue, Record, Value};
+pub use record::{Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub use table::Slot;
 pub(crate) use usage::{Caps, StoreFull, Usage};
 
@@ -123,14 +123,9 @@ impl Store {
                 if is_expired(v.expires_at, now) || !keep(key) {
                     continue;
                 }
-                let value = match v.value {
-                    Value::Bucket(s) => OwnedValue::Bucket(s),
-                    Value::Int(i) => OwnedValue::Int(i),
-                    Value::Str(s) => OwnedValue::Str(s.to_vec()),
-                };
                 out.push(Record {
                     key: key.to_vec(),
-                    value,
+                    value: OwnedValue::from(v.value),
                     expires_at: v.expires_at,
                 });
             }
@@ -150,12 +145,9 @@ impl Store {
             self.remove(&k, 0);
         }
         self.usage.admit_all = true;
+        let mut holders = Vec::new();
         for r in records {
-            let value = match &r.value {
-                OwnedValue::Bucket(s) => Value::Bucket(*s),
-                OwnedValue::Int(i) => Value::Int(*i),
-                OwnedValue::Str(s) => Value::Str(s),
-            };
+            let value = r.value.as_value(&mut holders);
             let _ = match self.slot(&r.key, 0) {
                 Slot::Live(mut l) => {
                     l.set(value, r.expires_at);
@@ -315,6 +307,21 @@ mod tests {
     fn insert_get_update_remove_every_kind() {
         let mut s = Store::new(0, 0);
         let long_key = vec![b'k'; 300];
+        let holders = [
+            Holder {
+                token: 7,
+                deadline: 95,
+            },
+            Holder {
+                token: 9,
+                deadline: 99,
+            },
+        ];
+        let mut packed = Vec::new();
+        let semaphore = Value::Semaphore(Semaphore {
+            next_token: 10,
+            holders: Holders::pack(&holders, &mut packed),
+        });
         let values = [
             (Value::Bucket(State::Gcra { tat: 50 }), 50),
             (Value::Bucket(State::Gcra { tat: 50 }), 70),
@@ -332,6 +339,8 @@ mod tests {
             (Value::Str(b"hello"), 0),
             (Value::Str(b"a longer string value"), 99),
             (Value::Str(b""), 0),
+            (semaphore, 99),
+            (Value::Int(3), 0),
         ];
         for key in [&b"a"[..], &long_key[..]] {
             for (v, exp) in values {
@@ -431,6 +440,48 @@ mod tests {
         assert_eq!(seen.len(), 500);
         assert_eq!(unique.len(), 500);
         assert!(!unique.contains(b"gone".as_slice()));
+    }
+
+    #[test]
+    fn export_and_import_carry_every_kind() {
+        let mut s = Store::new(0, 0);
+        let mut packed = Vec::new();
+        let holders = [Holder {
+            token: 3,
+            deadline: 500,
+        }];
+        let sem = Value::Semaphore(Semaphore {
+            next_token: 4,
+            holders: Holders::pack(&holders, &mut packed),
+        });
+        put(&mut s, b"sem", sem, 500, 0).unwrap();
+        put(&mut s, b"n", Value::Int(5), 0, 0).unwrap();
+        put(&mut s, b"s", Value::Str(b"v"), 700, 0).unwrap();
+        put(
+            &mut s,
+            b"b",
+            Value::Bucket(State::Gcra { tat: 600 }),
+            600,
+            0,
+        )
+        .unwrap();
+        let mut records = s.export(10, |_| true);
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(
+            records.iter().find(|r| r.key == b"sem").map(|r| &r.value),
+            Some(&OwnedValue::Semaphore {
+                next_token: 4,
+                holders: holders.to_vec(),
+            })
+        );
+        let mut t = Store::new(0, 0);
+        t.import(&records, |_| true);
+        for r in &records {
+            let e = t.get(&r.key, 10).unwrap();
+            assert_eq!(OwnedValue::from(e.value), r.value);
+            assert_eq!(e.expires_at, r.expires_at);
+        }
+        assert_eq!(t.usage.bytes, s.usage.bytes);
     }
 
     #[test]

@@ -5,14 +5,19 @@
 //! A packed record is `key header + key + tag (1 byte) + payload`. The key header is the key's
 //! length in one byte, or `0xFF` and a 4-byte little-endian length for keys of 255 bytes or
 //! more. The tag says which kind of value follows and whether an expiry is stored, and fixes
-//! the payload's size (strings carry their length): a GCRA bucket whose expiry is its tat, the
-//! common case, takes `1 + key + 1 + 8` bytes. A record replaced by one of another size is
-//! marked dead in place and left for compaction.
+//! the payload's size (strings carry their length, semaphores their room): a GCRA bucket whose
+//! expiry is its tat, the common case, takes `1 + key + 1 + 8` bytes. A record replaced by one
+//! of another size is marked dead in place and left for compaction.
+//!
+//! A semaphore's record has room for more holders than it holds (`semaphore_room`), so that
+//! taking and giving back slots rewrites it in place instead of leaving a dead copy of the
+//! whole holder list behind at every change.
 //!
 //! The functions here read and write arena bytes at offsets the index holds. They run on every
 //! request and are called from the table's module, hence `#[inline]`.
 
 use crate::limiter::State;
+use serde::{Deserialize, Serialize};
 
 /// A key's value, borrowed from the arena for reading or given for writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +28,74 @@ pub enum Value<'a> {
     Int(i64),
     /// Any other string.
     Str(&'a [u8]),
+    /// A concurrency limit's slots (BK.ACQUIRE).
+    Semaphore(Semaphore<'a>),
+}
+
+impl Value<'_> {
+    /// True when the value decides its key's expiry: a bucket expires when it is full again, a
+    /// semaphore when its last holder's time is up. EXPIRE and PERSIST leave such keys alone,
+    /// since moving the expiry would refund tokens or free slots early.
+    pub fn sets_own_expiry(&self) -> bool {
+        matches!(self, Value::Bucket(_) | Value::Semaphore(_))
+    }
+}
+
+/// A concurrency limit as stored: the holders of its slots, and the next token to hand out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Semaphore<'a> {
+    /// No token below this is handed out again while the key lives.
+    pub next_token: u64,
+    pub holders: Holders<'a>,
+}
+
+/// One held slot: the token its holder gives back, and when it frees itself (ns since the
+/// epoch). Part of [`OwnedValue`]'s encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub token: u64,
+    pub deadline: u64,
+}
+
+/// A semaphore's holders as packed bytes: per holder its token and deadline, each a
+/// little-endian u64, in no particular order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Holders<'a>(&'a [u8]);
+
+impl<'a> Holders<'a> {
+    /// Bytes one holder takes.
+    pub const SIZE: usize = 16;
+
+    /// Packs `holders` into `out` (cleared first) and returns a view of them.
+    pub fn pack(holders: &[Holder], out: &'a mut Vec<u8>) -> Holders<'a> {
+        out.clear();
+        out.reserve(holders.len() * Self::SIZE);
+        for h in holders {
+            out.extend_from_slice(&h.token.to_le_bytes());
+            out.extend_from_slice(&h.deadline.to_le_bytes());
+        }
+        let out: &'a Vec<u8> = out;
+        Holders(out)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len() / Self::SIZE
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len() < Self::SIZE
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Holder> + 'a {
+        self.0.chunks_exact(Self::SIZE).map(|c| Holder {
+            token: rd64(c, 0),
+            deadline: rd64(c, 8),
+        })
+    }
+
+    fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
 }
 
 /// A value detached from the store, for snapshots. Part of [`Record`]'s encoding.
@@ -31,6 +104,43 @@ pub enum OwnedValue {
     Bucket(State),
     Int(i64),
     Str(Vec<u8>),
+    // New variants go below this line only: the enum's variant order is its encoding.
+    Semaphore {
+        next_token: u64,
+        holders: Vec<Holder>,
+    },
+}
+
+impl From<Value<'_>> for OwnedValue {
+    fn from(v: Value<'_>) -> OwnedValue {
+        match v {
+            Value::Bucket(s) => OwnedValue::Bucket(s),
+            Value::Int(i) => OwnedValue::Int(i),
+            Value::Str(s) => OwnedValue::Str(s.to_vec()),
+            Value::Semaphore(s) => OwnedValue::Semaphore {
+                next_token: s.next_token,
+                holders: s.holders.iter().collect(),
+            },
+        }
+    }
+}
+
+impl OwnedValue {
+    /// The value to store; `scratch` holds a semaphore's packed holders.
+    pub fn as_value<'a>(&'a self, scratch: &'a mut Vec<u8>) -> Value<'a> {
+        match self {
+            OwnedValue::Bucket(s) => Value::Bucket(*s),
+            OwnedValue::Int(i) => Value::Int(*i),
+            OwnedValue::Str(s) => Value::Str(s),
+            OwnedValue::Semaphore {
+                next_token,
+                holders,
+            } => Value::Semaphore(Semaphore {
+                next_token: *next_token,
+                holders: Holders::pack(holders, scratch),
+            }),
+        }
+    }
 }
 
 /// One key detached from the store (name, value, expiry), as it travels in a snapshot.
@@ -63,6 +173,7 @@ const T_INT_EXP: u8 = 5; // value, expiry
 const T_STR: u8 = 6; // len u32, bytes
 const T_STR_EXP: u8 = 7; // expiry, len u32, bytes
 const T_ALIGNED: u8 = 8; // expiry, start, count
+const T_SEMAPHORE: u8 = 9; // expiry, next token, holders u32, room u32, room * 16 bytes
 const T_DEAD: u8 = 0xFF;
 
 #[inline]
@@ -126,7 +237,34 @@ pub(super) fn payload_len(a: &[u8], tag: u8, at: usize) -> usize {
         T_SLIDING => 32,
         T_STR => 4 + rd32(a, at) as usize,
         T_STR_EXP => 12 + rd32(a, at + 8) as usize,
+        T_SEMAPHORE => 24 + rd32(a, at + 20) as usize * Holders::SIZE,
         _ => 0,
+    }
+}
+
+/// How many holders a semaphore's record has room for, given how many it holds and the room
+/// of the record it replaces (0 for none). The room is kept while the count moves within
+/// (a quarter of it, all of it], so a semaphore that hovers around a size is rewritten in
+/// place; outside that it becomes the next power of two, at least 4. Growing doubles and
+/// shrinking halves, so the bytes copied to new records are amortized O(1) per change, and a
+/// record is never more than four times the size its holders need (plus the minimum).
+#[inline]
+pub(super) fn semaphore_room(holders: usize, room: usize) -> usize {
+    if holders <= room && holders * 4 > room {
+        room
+    } else {
+        holders.next_power_of_two().max(4)
+    }
+}
+
+/// The room of the semaphore record at `off`, or 0 if it holds something else.
+#[inline]
+pub(super) fn room_of(a: &[u8], off: usize) -> usize {
+    let l = layout(a, off);
+    if a[l.tag_at] == T_SEMAPHORE {
+        rd32(a, l.tag_at + 21) as usize
+    } else {
+        0
     }
 }
 
@@ -197,6 +335,16 @@ pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
                 expires_at: rd64(a, p),
             }
         }
+        T_SEMAPHORE => {
+            let n = rd32(a, p + 16) as usize;
+            EntryView {
+                value: Value::Semaphore(Semaphore {
+                    next_token: rd64(a, p + 8),
+                    holders: Holders(&a[p + 24..p + 24 + n * Holders::SIZE]),
+                }),
+                expires_at: rd64(a, p),
+            }
+        }
         // Dead records are never reachable from the index; read as an expired counter.
         _ => EntryView {
             value: Value::Int(0),
@@ -205,9 +353,10 @@ pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
     }
 }
 
-/// The tag and payload bytes for a value.
+/// The tag and payload bytes for a value. `room` is the semaphore room of the record being
+/// replaced (0 for none; see `semaphore_room`); other values ignore it.
 #[inline]
-pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, out: &mut Vec<u8>) {
+pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, room: usize, out: &mut Vec<u8>) {
     let push = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
     match value {
         Value::Bucket(State::Gcra { tat }) if tat == expires_at => {
@@ -258,6 +407,21 @@ pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, out: &mut Vec<u8
             }
             out.extend_from_slice(&n.to_le_bytes());
             out.extend_from_slice(&s[..n as usize]);
+        }
+        Value::Semaphore(sem) => {
+            let held = sem.holders.as_bytes();
+            let count = sem.holders.len();
+            let room = semaphore_room(count, room);
+            out.push(T_SEMAPHORE);
+            push(out, expires_at);
+            push(out, sem.next_token);
+            // Holders are bounded by BK.ACQUIRE's limit cap, far below 2^32.
+            let n = |v: usize| u32::try_from(v).unwrap_or(u32::MAX).to_le_bytes();
+            out.extend_from_slice(&n(count));
+            out.extend_from_slice(&n(room));
+            out.extend_from_slice(&held[..count * Holders::SIZE]);
+            // The spare room is zeros; it is never read.
+            out.resize(out.len() + (room - count) * Holders::SIZE, 0);
         }
     }
 }

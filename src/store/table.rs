@@ -4,8 +4,8 @@
 
 use super::Store;
 use super::record::{
-    EntryView, Value, append, encode_payload, is_expired, key_header_len, key_of, kill, layout,
-    record_len, view,
+    EntryView, OwnedValue, Value, append, encode_payload, is_expired, key_header_len, key_of, kill,
+    layout, record_len, room_of, view,
 };
 use super::usage::{StoreFull, Usage};
 use hashbrown::HashTable;
@@ -136,7 +136,7 @@ impl<'a> LiveEntry<'a> {
         let l = layout(self.arena, off);
         let old_len = record_len(self.arena, off);
         self.scratch.clear();
-        encode_payload(value, expires_at, self.scratch);
+        encode_payload(value, expires_at, room_of(self.arena, off), self.scratch);
         let head = l.tag_at - off;
         if head + self.scratch.len() == old_len {
             self.arena[l.tag_at..l.tag_at + self.scratch.len()].copy_from_slice(self.scratch);
@@ -156,16 +156,10 @@ impl<'a> LiveEntry<'a> {
 
     /// Changes only the expiry (counters and strings).
     pub fn set_expiry(&mut self, expires_at: u64) {
-        // Strings are copied out first: re-encoding writes the arena they live in.
-        let detached: Result<Value<'static>, Vec<u8>> = match self.get().value {
-            Value::Str(s) => Err(s.to_vec()),
-            Value::Bucket(b) => Ok(Value::Bucket(b)),
-            Value::Int(i) => Ok(Value::Int(i)),
-        };
-        match detached {
-            Ok(v) => self.set(v, expires_at),
-            Err(bytes) => self.set(Value::Str(&bytes), expires_at),
-        }
+        // Copied out first: re-encoding writes the arena a string or semaphore lives in.
+        let detached = OwnedValue::from(self.get().value);
+        let mut scratch = Vec::new();
+        self.set(detached.as_value(&mut scratch), expires_at);
     }
 
     pub fn remove(self) {
@@ -184,7 +178,7 @@ impl<'a> EmptySlot<'a> {
     pub fn insert(self, value: Value<'_>, expires_at: u64) -> Result<(), StoreFull> {
         self.usage.caps.note_value(&value);
         self.scratch.clear();
-        encode_payload(value, expires_at, self.scratch);
+        encode_payload(value, expires_at, 0, self.scratch);
         let cost =
             key_header_len(self.key.len()) + self.key.len() + self.scratch.len() + INDEX_COST;
         if !self.usage.add(cost) {
@@ -398,6 +392,7 @@ mod tests {
     use super::*;
     use crate::limiter::State;
     use crate::store::tests::put;
+    use crate::store::{Holder, Holders, Semaphore};
 
     #[test]
     fn lazy_and_active_expiry_and_compaction() {
@@ -478,6 +473,67 @@ mod tests {
         // One key trickling out rests its partition; a full expiry is swept at once.
         assert_eq!(s.sweep(1_000_000_000_001, Store::partitions()), 9_999);
         assert_eq!(s.len(), 10_000);
+    }
+
+    /// `n` holders with tokens and deadlines from 1, packed into `buf`.
+    fn semaphore(n: u64, buf: &mut Vec<u8>) -> Value<'_> {
+        let holders: Vec<Holder> = (1..=n)
+            .map(|i| Holder {
+                token: i,
+                deadline: 1_000 + i,
+            })
+            .collect();
+        Value::Semaphore(Semaphore {
+            next_token: n + 1,
+            holders: Holders::pack(&holders, buf),
+        })
+    }
+
+    #[test]
+    fn a_semaphore_moving_within_its_room_is_rewritten_in_place() {
+        let mut s = Store::new(0, 0);
+        let mut buf = Vec::new();
+        let mut arena_after = Vec::new();
+        // Up to 16 holders and back down to 5: 4 → 8 → 16 on the way up, and the room of 16
+        // is kept on the way down while more than a quarter of it is used.
+        let counts: Vec<u64> = (1..=16).chain((5..16).rev()).collect();
+        for &n in &counts {
+            put(&mut s, b"sem", semaphore(n, &mut buf), 2_000, 0).unwrap();
+            let e = s.get(b"sem", 0).unwrap();
+            assert_eq!(e.value, semaphore(n, &mut Vec::new()), "{n} holders");
+            assert_eq!(e.expires_at, 2_000);
+            arena_after.push(s.partitions.iter().map(|p| p.arena.len()).sum::<usize>());
+        }
+        let grew = arena_after.windows(2).filter(|w| w[1] != w[0]).count();
+        assert_eq!(grew, 2, "only the growth to 8 and to 16 appends a record");
+        // The bytes counted are the record's, room included: 16 holders of 16 bytes and more.
+        assert!(s.usage.bytes > 16 * 16, "{}", s.usage.bytes);
+        // Down to 4 of 16: the record shrinks to a room of 4.
+        put(&mut s, b"sem", semaphore(4, &mut buf), 2_000, 0).unwrap();
+        assert!(s.usage.bytes < 8 * 16, "{}", s.usage.bytes);
+        assert_eq!(
+            s.get(b"sem", 0).map(|e| e.value),
+            Some(semaphore(4, &mut buf))
+        );
+    }
+
+    #[test]
+    fn semaphores_survive_compaction() {
+        let mut s = Store::new(0, 0);
+        let mut buf = Vec::new();
+        for round in 1..=6u64 {
+            for i in 0..2_000u32 {
+                let n = round * 3;
+                put(&mut s, &i.to_le_bytes(), semaphore(n, &mut buf), 10_000, 0).unwrap();
+            }
+            s.sweep(0, Store::partitions());
+        }
+        for i in 0..2_000u32 {
+            let e = s.get(&i.to_le_bytes(), 0).unwrap();
+            assert_eq!(e.value, semaphore(18, &mut buf));
+        }
+        assert_eq!(s.sweep(10_000, Store::partitions()), 2_000);
+        assert_eq!(s.usage.bytes, 0);
     }
 
     #[test]

@@ -16,5 +16,6 @@ mod harness;
 #[macro_use]
 mod topology;
 
+mod concurrency;
 mod limits;
 mod strings;

@@ -6,6 +6,7 @@ mod common;
 mod harness;
 
 mod clients;
+mod concurrency;
 mod failover;
 mod membership;
 mod metrics;

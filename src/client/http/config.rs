@@ -5,6 +5,7 @@
 use super::RateLimitLayer;
 use super::decide::{Metrics, Shared};
 use super::identity::Identify;
+use super::in_flight::{InFlightOptions, LocalInFlight};
 use super::local::{Fallback, Leases};
 use crate::client::{Client, Limit};
 use http::header::HeaderName;
@@ -145,6 +146,7 @@ pub enum FailurePolicy {
 pub struct RateLimitBuilder {
     client: Client,
     rules: Vec<Rule>,
+    in_flight: Option<InFlightOptions>,
     key_fn: Option<KeyFn>,
     identify: Identify,
     prefix: String,
@@ -155,12 +157,13 @@ pub struct RateLimitBuilder {
 }
 
 impl RateLimitBuilder {
-    /// The defaults: no rules, the default caller key, prefix `rl`, an open failure policy,
-    /// one gateway, 10 000 fallback keys and 1 s of jitter.
+    /// The defaults: no rules, no in-flight limit, the default caller key, prefix `rl`, an
+    /// open failure policy, one gateway, 10 000 fallback keys and 1 s of jitter.
     pub(super) fn new(client: Client) -> RateLimitBuilder {
         RateLimitBuilder {
             client,
             rules: Vec::new(),
+            in_flight: None,
             key_fn: None,
             identify: Identify {
                 api_key_header: HeaderName::from_static("x-api-key"),
@@ -177,6 +180,25 @@ impl RateLimitBuilder {
     /// Adds a rule; a request is checked against every rule that applies to it.
     pub fn rule(mut self, rule: Rule) -> Self {
         self.rules.push(rule);
+        self
+    }
+
+    /// Caps each caller's requests in flight at `limit` (bucketd takes at most 100 000; 0
+    /// turns the cap off), across every gateway sharing the bucketd key
+    /// `PREFIX:{CALLER}:inflight`. A request takes a slot after passing the rules and before
+    /// the inner service sees it, and gives it back once the service has produced its
+    /// response (the body may still be streaming), or as soon as the request is dropped. A
+    /// slot a gateway never gives back (it crashed) frees itself after `ttl`: make `ttl`
+    /// longer than any request takes, or a slow request's slot is freed under it.
+    ///
+    /// A caller with every slot held gets `429 Too Many Requests` and `Retry-After: 1`
+    /// (plus jitter). It was refused for its concurrency, not its rate, so the request has
+    /// still been counted by the rules.
+    pub fn in_flight(mut self, limit: u64, ttl: Duration) -> Self {
+        self.in_flight = (limit > 0).then_some(InFlightOptions {
+            limit: limit.min(100_000),
+            ttl,
+        });
         self
     }
 
@@ -223,8 +245,8 @@ impl RateLimitBuilder {
         self
     }
 
-    /// Most keys kept by the fallback buckets, and separately by the lease pools (default
-    /// 10 000 each); the least recently used are evicted.
+    /// Most keys kept by the fallback buckets, and separately by the lease pools and the
+    /// fallback in-flight counts (default 10 000 each); the least recently used are evicted.
     pub fn fallback_capacity(mut self, keys: usize) -> Self {
         self.fallback_capacity = keys.max(1);
         self
@@ -241,8 +263,10 @@ impl RateLimitBuilder {
             shared: Arc::new(Shared {
                 fallback: Fallback::new(self.fallback_capacity),
                 leases: Leases::new(self.fallback_capacity),
+                local_in_flight: LocalInFlight::new(self.fallback_capacity),
                 client: self.client,
                 rules: self.rules,
+                in_flight: self.in_flight,
                 key_fn: self.key_fn,
                 identify: self.identify,
                 prefix: self.prefix,
@@ -260,6 +284,23 @@ impl RateLimitBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn in_flight_options() {
+        let client = || Client::new("redis://127.0.0.1:1").unwrap();
+        let b = RateLimitBuilder::new(client()).in_flight(8, Duration::from_secs(30));
+        assert_eq!(
+            b.in_flight,
+            Some(InFlightOptions {
+                limit: 8,
+                ttl: Duration::from_secs(30)
+            })
+        );
+        let b = b.in_flight(0, Duration::from_secs(30));
+        assert_eq!(b.in_flight, None);
+        let b = RateLimitBuilder::new(client()).in_flight(u64::MAX, Duration::from_secs(1));
+        assert_eq!(b.in_flight.map(|o| o.limit), Some(100_000));
+    }
 
     #[test]
     fn lease_options() {

@@ -4,6 +4,7 @@
 
 use super::config::{FailurePolicy, KeyFn, LeaseOptions, Rule, Scope};
 use super::identity::Identify;
+use super::in_flight::{InFlightOptions, LocalInFlight};
 use super::local::{self, Fallback, Leases, LocalRule};
 use crate::client::{Client, Error, Limit};
 use http::header::{HeaderName, HeaderValue};
@@ -28,6 +29,8 @@ pub struct Metrics {
     timeouts: AtomicU64,
     leased: AtomicU64,
     lease_refills: AtomicU64,
+    pub(super) in_flight_rejected: AtomicU64,
+    pub(super) release_failures: AtomicU64,
 }
 
 impl Metrics {
@@ -60,6 +63,18 @@ impl Metrics {
     /// `BK.LEASE` calls made.
     pub fn lease_refills(&self) -> u64 {
         self.lease_refills.load(Ordering::Relaxed)
+    }
+
+    /// The refusals that were for the in-flight limit (all of the caller's slots held, or,
+    /// while bucketd fails, the failure policy's); also counted in [`Metrics::rejected`].
+    pub fn in_flight_rejected(&self) -> u64 {
+        self.in_flight_rejected.load(Ordering::Relaxed)
+    }
+
+    /// In-flight slots that could not be given back (bucketd failed or timed out); each
+    /// frees itself when its ttl runs out.
+    pub fn release_failures(&self) -> u64 {
+        self.release_failures.load(Ordering::Relaxed)
     }
 }
 
@@ -104,6 +119,8 @@ pub(super) enum Verdict {
 pub(super) struct Shared {
     pub(super) client: Client,
     pub(super) rules: Vec<Rule>,
+    pub(super) in_flight: Option<InFlightOptions>,
+    pub(super) local_in_flight: LocalInFlight,
     pub(super) key_fn: Option<KeyFn>,
     pub(super) identify: Identify,
     pub(super) prefix: String,
@@ -123,23 +140,38 @@ struct Taken<'a> {
     rule: &'a Rule,
 }
 
+/// The limits a request is checked against.
+pub(super) struct Applicable<'a> {
+    /// Who the request is from, as it goes into limit keys; `None` when the request is
+    /// exempt, or when no limit needs to know.
+    pub(super) caller: Option<String>,
+    /// The rules that apply, with their limit keys.
+    pub(super) rules: Vec<(&'a Rule, String)>,
+}
+
 impl Shared {
-    /// The rules that apply to a request, with their limit keys.
-    pub(super) fn applicable(&self, parts: &Parts) -> Vec<(&Rule, String)> {
+    /// The caller and the rules that apply to a request, with their limit keys. The caller is
+    /// only worked out (the key function called) when a rule applies or an in-flight limit is
+    /// set.
+    pub(super) fn applicable(&self, parts: &Parts) -> Applicable<'_> {
+        let none = Applicable {
+            caller: None,
+            rules: Vec::new(),
+        };
         let rules: Vec<&Rule> = self.rules.iter().filter(|r| r.applies(parts)).collect();
-        if rules.is_empty() {
-            return Vec::new();
+        if rules.is_empty() && self.in_flight.is_none() {
+            return none;
         }
         let caller = match &self.key_fn {
             Some(f) => match f(parts) {
                 Some(k) => k,
-                None => return Vec::new(),
+                None => return none,
             },
             None => self.identify.key(parts),
         };
         // The caller is the hash tag, so a caller's keys share a slot: one shard on a single
         // node, one node in a cluster.
-        let caller = escape_braces(&caller);
+        let caller = escape_braces(&caller).into_owned();
         let route = || {
             let path = parts
                 .extensions
@@ -147,7 +179,7 @@ impl Shared {
                 .map_or_else(|| parts.uri.path(), |m| m.as_str());
             format!("{} {}", parts.method, path)
         };
-        rules
+        let rules = rules
             .into_iter()
             .map(|r| {
                 let key = match r.scope {
@@ -160,19 +192,23 @@ impl Shared {
                 };
                 (r, key)
             })
-            .collect()
+            .collect();
+        Applicable {
+            caller: Some(caller),
+            rules,
+        }
     }
 
-    pub(super) async fn decide(&self, parts: &Parts) -> Verdict {
-        let limits = self.applicable(parts);
+    /// The rate limits' verdict on a request, given the rules that apply to it.
+    pub(super) async fn decide(&self, limits: &[(&Rule, String)]) -> Verdict {
         if limits.is_empty() {
             return Verdict::Exempt;
         }
         let deadline = self.client.deadline();
-        match tokio::time::timeout(deadline, self.ask_bucketd(&limits)).await {
+        match tokio::time::timeout(deadline, self.ask_bucketd(limits)).await {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => self.degraded(&limits, &e),
-            Err(_) => self.degraded(&limits, &Error::Timeout(deadline)),
+            Ok(Err(e)) => self.degraded(limits, &e),
+            Err(_) => self.degraded(limits, &Error::Timeout(deadline)),
         }
     }
 
@@ -268,12 +304,17 @@ impl Shared {
         Ok(Ok((slot, f)))
     }
 
-    fn degraded(&self, limits: &[(&Rule, String)], e: &Error) -> Verdict {
+    /// Counts a decision made without bucketd, because of `e`.
+    pub(super) fn note_degraded(&self, e: &Error) {
         self.metrics.degraded.fetch_add(1, Ordering::Relaxed);
         if e.is_timeout() {
             self.metrics.timeouts.fetch_add(1, Ordering::Relaxed);
         }
         tracing::debug!(policy = ?self.policy, "rate limit decided without bucketd: {e}");
+    }
+
+    fn degraded(&self, limits: &[(&Rule, String)], e: &Error) -> Verdict {
+        self.note_degraded(e);
         let status = match self.policy {
             FailurePolicy::Open => {
                 let local: Vec<(&str, LocalRule)> = limits

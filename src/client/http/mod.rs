@@ -78,10 +78,28 @@
 //!   it reached its limit.
 //! - `X-RateLimit-Remaining` for a leased rule is bucketd's figure at the lease plus the
 //!   tokens still unspent on this gateway.
+//!
+//! # In-flight limits
+//!
+//! [`RateLimitBuilder::in_flight`] caps how many of a caller's requests run at once, across
+//! gateways (`BK.ACQUIRE` on `PREFIX:{CALLER}:inflight`). After the rules let a request
+//! through, it takes a slot, and gives it back once the inner service has produced the
+//! response (before the response is returned, so a caller that waits for each response is
+//! never refused by its own previous request), or, if the request's future is dropped first,
+//! from a spawned task. Either release costs a round trip within the client deadline; one that
+//! fails leaves the slot to free itself at its ttl ([`Metrics::release_failures`]).
+//!
+//! A caller with every slot held gets `429 Too Many Requests` with `Retry-After: 1` plus
+//! jitter (a slot frees when any of its requests completes) and the rules' headers, counted in
+//! [`Metrics::in_flight_rejected`]. When bucketd fails, the [`FailurePolicy`] decides:
+//! `Open` counts this gateway's share of the slots (limit divided by
+//! [`RateLimitBuilder::gateways`], rounded up) in process, the closed policies refuse with
+//! their status.
 
 mod config;
 mod decide;
 mod identity;
+mod in_flight;
 mod local;
 
 pub use identity::AuthenticatedUser;
@@ -90,9 +108,11 @@ pub use config::{FailurePolicy, RateLimitBuilder, Rule, Scope};
 pub use decide::{Metrics, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 
 use super::Client;
-use decide::{Shared, Verdict};
+use decide::{Figures, Shared, Verdict};
+use http::StatusCode;
 use http::header::{HeaderValue, RETRY_AFTER};
 use http::{Request, Response};
+use in_flight::Slot;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -140,6 +160,7 @@ impl RateLimitLayer {
         parts.extensions = req.extensions().clone();
         self.shared
             .applicable(&parts)
+            .rules
             .into_iter()
             .map(|(rule, key)| (rule.name.clone(), key))
             .collect()
@@ -194,33 +215,67 @@ where
         let shared = self.shared.clone();
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let verdict = shared.decide(&parts).await;
-            let req = Request::from_parts(parts, body);
-            match verdict {
-                Verdict::Exempt => inner.call(req).await,
-                Verdict::Allow(figures) => {
-                    shared.metrics.allowed.fetch_add(1, Ordering::Relaxed);
-                    let mut res = inner.call(req).await?;
-                    figures.write(res.headers_mut());
-                    Ok(res)
-                }
+            let limits = shared.applicable(&parts);
+            let figures = match shared.decide(&limits.rules).await {
+                Verdict::Exempt => None,
+                Verdict::Allow(figures) => Some(figures),
                 Verdict::Refuse {
                     status,
                     figures,
                     retry_after,
+                } => return Ok(refusal(&shared, status, Some(figures), retry_after)),
+            };
+            let slot = match shared.take_slot(limits.caller.as_deref()).await {
+                Slot::Free => None,
+                Slot::Held(slot) => Some(slot),
+                Slot::Refused {
+                    status,
+                    retry_after,
                 } => {
-                    shared.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-                    let mut res = Response::new(ResBody::default());
-                    *res.status_mut() = status;
-                    figures.write(res.headers_mut());
-                    let secs = shared.retry_after_secs(retry_after);
-                    res.headers_mut()
-                        .insert(RETRY_AFTER, HeaderValue::from(secs));
-                    Ok(res)
+                    shared
+                        .metrics
+                        .in_flight_rejected
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Ok(refusal(&shared, status, figures, retry_after));
                 }
+            };
+            if figures.is_some() || slot.is_some() {
+                shared.metrics.allowed.fetch_add(1, Ordering::Relaxed);
             }
+            // The slot lives in this future until the response is there: dropped with it
+            // (the client went away, a timeout layer gave up), it is given back all the same,
+            // from a task of its own. So is it when the service fails, since its error need
+            // not be `Send` and cannot wait here for the release.
+            let mut res = inner.call(Request::from_parts(parts, body)).await?;
+            if let Some(slot) = slot {
+                slot.release().await;
+            }
+            if let Some(figures) = figures {
+                figures.write(res.headers_mut());
+            }
+            Ok(res)
         })
     }
+}
+
+/// A refused request's response: an empty body, the rate-limit headers when rules applied,
+/// and `Retry-After` with jitter.
+fn refusal<B: Default>(
+    shared: &Shared,
+    status: StatusCode,
+    figures: Option<Figures>,
+    retry_after: std::time::Duration,
+) -> Response<B> {
+    shared.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+    let mut res = Response::new(B::default());
+    *res.status_mut() = status;
+    if let Some(figures) = figures {
+        figures.write(res.headers_mut());
+    }
+    let secs = shared.retry_after_secs(retry_after);
+    res.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(secs));
+    res
 }
 
 #[cfg(test)]
