@@ -112,7 +112,7 @@ pub mod internals {
     }
     pub mod store {
         pub use crate::store::{
-            Holder, Holders, OwnedValue, Record, Semaphore, Slot, Store, Value,
+            Fields, Holder, Holders, OwnedValue, Record, Semaphore, Slot, Store, Value,
         };
     }
 }

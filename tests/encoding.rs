@@ -492,6 +492,21 @@ fn snapshot_records_keep_their_encoding() {
                     ],
                 },
             ),
+            enc(
+                "OwnedValue::Hash",
+                &OwnedValue::Hash(vec![
+                    (b"tokens".to_vec(), b"9.5".to_vec()),
+                    (b"ts".to_vec(), b"1700000000000".to_vec()),
+                ]),
+            ),
+            enc(
+                "Record with a hash",
+                &record(
+                    "h",
+                    OwnedValue::Hash(vec![(b"f".to_vec(), b"v".to_vec())]),
+                    1_700_000_060_000_000_000,
+                ),
+            ),
             enc("Record", &records[0]),
             enc("snapshot body", &body),
         ],
@@ -621,6 +636,11 @@ const GOLDEN_SNAPSHOT: &[(&str, &str)] = &[
         "OwnedValue::Semaphore",
         "03fd02002a36fe9c971702fd00002a36fe9c9717fd00ac4d32059d9717fd01002a36fe9c9717fd0065f753fe9c9717",
     ),
+    (
+        "OwnedValue::Hash",
+        "040206746f6b656e7303392e350274730d31373030303030303030303030",
+    ),
+    ("Record with a hash", "0168040101660176fd0058712e0c9d9717"),
     ("Record", "01620000fd00e11f3cfe9c9717fd00e11f3cfe9c9717"),
     (
         "snapshot body",

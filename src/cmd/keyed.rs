@@ -555,12 +555,12 @@ pub(super) fn string_value(value: &[u8]) -> Value<'_> {
     }
 }
 
-/// A string key's value as a bulk reply; None for a bucket or a semaphore.
+/// A string key's value as a bulk reply; None for a bucket, a semaphore or a hash.
 pub(super) fn string_reply(value: Value<'_>) -> Option<Reply> {
     match value {
         Value::Str(s) => Some(Reply::Bulk(Bytes::copy_from_slice(s))),
         Value::Int(v) => Some(Reply::Bulk(Bytes::from(v.to_string()))),
-        Value::Bucket(_) | Value::Semaphore(_) => None,
+        Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => None,
     }
 }
 
