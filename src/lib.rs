@@ -64,6 +64,9 @@ pub mod tls;
 pub mod internals {
     pub mod cmd {
         pub use crate::cmd::{Parsed, parse};
+        pub mod hashes {
+            pub use crate::cmd::hashes::HashOp;
+        }
         pub mod keyed {
             pub use crate::cmd::keyed::{
                 ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
