@@ -64,6 +64,9 @@ pub mod tls;
 pub mod internals {
     pub mod cmd {
         pub use crate::cmd::{Parsed, parse};
+        pub mod hashes {
+            pub use crate::cmd::hashes::HashOp;
+        }
         pub mod keyed {
             pub use crate::cmd::keyed::{
                 ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
@@ -112,7 +115,7 @@ pub mod internals {
     }
     pub mod store {
         pub use crate::store::{
-            Holder, Holders, OwnedValue, Record, Semaphore, Slot, Store, Value,
+            Fields, Holder, Holders, OwnedValue, Record, Semaphore, Slot, Store, Value,
         };
     }
 }

@@ -453,6 +453,76 @@ async fn a_standalone_node_keeps_its_buckets_across_restarts_and_crashes() {
     .await;
 }
 
+/// A standalone node with --data-dir brings its hashes back from the snapshot: every field in
+/// its order, the values, and the key's expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_node_keeps_its_hashes_across_a_restart() {
+    bounded(async {
+        let dir = temp_dir("persist-hashes");
+        let d = dir.to_str().expect("utf-8 path");
+        let args = [
+            "--port",
+            "0",
+            "--shards",
+            "2",
+            "--data-dir",
+            d,
+            "--save-interval",
+            "0",
+        ];
+        let fields: Vec<(String, String)> = (0..128)
+            .map(|i| (format!("f{i}"), format!("v{}", 127 - i)))
+            .collect();
+
+        let (mut p, mut c) = serve(&args).await;
+        let added: i64 = q(
+            &mut c,
+            &["HSET", "bucket:{u}", "tokens", "10", "ts", "1700000000000"],
+        )
+        .await;
+        assert_eq!(added, 2);
+        assert_eq!(
+            q::<String>(&mut c, &["HINCRBYFLOAT", "bucket:{u}", "tokens", "-0.5"]).await,
+            "9.5"
+        );
+        assert_eq!(
+            q::<i64>(&mut c, &["PEXPIRE", "bucket:{u}", "600000"]).await,
+            1
+        );
+        let mut hset = vec!["HSET", "wide"];
+        for (f, v) in &fields {
+            hset.extend([f.as_str(), v.as_str()]);
+        }
+        assert_eq!(q::<i64>(&mut c, &hset).await, 128);
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+
+        let (mut p, mut c) = serve(&args).await;
+        assert_eq!(q::<String>(&mut c, &["TYPE", "wide"]).await, "hash");
+        let wide: Vec<String> = q(&mut c, &["HGETALL", "wide"]).await;
+        let want: Vec<String> = fields.into_iter().flat_map(|(f, v)| [f, v]).collect();
+        assert_eq!(wide, want, "every field, in the order they were added");
+        let bucket: Vec<String> = q(&mut c, &["HGETALL", "bucket:{u}"]).await;
+        assert_eq!(bucket, ["tokens", "9.5", "ts", "1700000000000"]);
+        let ttl: i64 = q(&mut c, &["PTTL", "bucket:{u}"]).await;
+        assert!(
+            (500_000..=600_000).contains(&ttl),
+            "the hash keeps its expiry: {ttl}"
+        );
+        assert_eq!(
+            q::<String>(&mut c, &["HINCRBYFLOAT", "bucket:{u}", "tokens", "0.5"]).await,
+            "10"
+        );
+        // Still bounded after the restart.
+        let e = q_err(&mut c, &["HSET", "wide", "one", "more"]).await;
+        assert!(e.contains("128 fields"), "{e}");
+        p.sigterm();
+        assert!(p.wait_exit(Duration::from_secs(20)).await.success());
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
 /// A damaged snapshot stops the node with the file's name, rather than an empty start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_or_torn_snapshot_is_refused_by_name() {

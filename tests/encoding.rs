@@ -13,6 +13,7 @@
 
 use bucketd::internals::cluster::state_machine::SnapshotBody;
 use bucketd::internals::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, TypeConfig};
+use bucketd::internals::cmd::hashes::HashOp;
 use bucketd::internals::cmd::keyed::{
     ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
 };
@@ -346,7 +347,70 @@ fn every_key_cmd() -> Vec<(&'static str, KeyCmd)> {
             },
         ),
         ("InFlight", KeyCmd::InFlight(b("c"))),
+        (
+            "Hash",
+            KeyCmd::Hash {
+                key: b("h"),
+                op: HashOp::Len,
+            },
+        ),
     ]
+}
+
+/// One value of every `HashOp` variant, in declaration order.
+fn every_hash_op() -> Vec<(&'static str, HashOp)> {
+    vec![
+        (
+            "Set",
+            HashOp::Set(vec![(b("tokens"), b("9")), (b("ts"), b("1700000000000"))]),
+        ),
+        ("MSet", HashOp::MSet(vec![(b("f"), b("v"))])),
+        (
+            "SetNx",
+            HashOp::SetNx {
+                field: b("f"),
+                value: b("v"),
+            },
+        ),
+        ("Get", HashOp::Get(b("f"))),
+        ("MGet", HashOp::MGet(vec![b("f"), b("g")])),
+        (
+            "IncrBy",
+            HashOp::IncrBy {
+                field: b("n"),
+                delta: -3,
+            },
+        ),
+        (
+            "IncrByFloat",
+            HashOp::IncrByFloat {
+                field: b("x"),
+                incr: b("0.5"),
+            },
+        ),
+        ("Del", HashOp::Del(vec![b("f")])),
+        ("GetAll", HashOp::GetAll),
+        ("Keys", HashOp::Keys),
+        ("Vals", HashOp::Vals),
+        ("Exists", HashOp::Exists(b("f"))),
+        ("Len", HashOp::Len),
+        ("StrLen", HashOp::StrLen(b("f"))),
+    ]
+}
+
+#[test]
+fn every_hash_op_keeps_its_encoding() {
+    let actual = every_hash_op()
+        .iter()
+        .map(|(name, op)| {
+            let cmd = KeyCmd::Hash {
+                key: b("h"),
+                op: op.clone(),
+            };
+            (*name, encode(&cmd))
+        })
+        .collect();
+    check("HashOp", GOLDEN_HASH_OP, actual);
 }
 
 #[test]
@@ -381,6 +445,10 @@ fn every_reply() -> Vec<(&'static str, Reply)> {
         (
             "Array",
             Reply::Array(vec![Reply::Int(1), Reply::Bulk(b("k")), Reply::Nil]),
+        ),
+        (
+            "Map",
+            Reply::Map(vec![(Reply::Bulk(b("tokens")), Reply::Bulk(b("9")))]),
         ),
     ]
 }
@@ -492,6 +560,21 @@ fn snapshot_records_keep_their_encoding() {
                     ],
                 },
             ),
+            enc(
+                "OwnedValue::Hash",
+                &OwnedValue::Hash(vec![
+                    (b"tokens".to_vec(), b"9.5".to_vec()),
+                    (b"ts".to_vec(), b"1700000000000".to_vec()),
+                ]),
+            ),
+            enc(
+                "Record with a hash",
+                &record(
+                    "h",
+                    OwnedValue::Hash(vec![(b"f".to_vec(), b"v".to_vec())]),
+                    1_700_000_060_000_000_000,
+                ),
+            ),
             enc("Record", &records[0]),
             enc("snapshot body", &body),
         ],
@@ -574,7 +657,28 @@ const GOLDEN_KEY_CMD: &[(&str, &str)] = &[
     ("Acquire", "1f01630afd00ac23fc06000000"),
     ("Release", "200163fd00002a36fe9c9717"),
     ("InFlight", "210163"),
+    ("Hash", "2201680c"),
 ];
+const GOLDEN_HASH_OP: &[(&str, &str)] = &[
+    (
+        "Set",
+        "220168000206746f6b656e7301390274730d31373030303030303030303030",
+    ),
+    ("MSet", "220168010101660176"),
+    ("SetNx", "2201680201660176"),
+    ("Get", "220168030166"),
+    ("MGet", "220168040201660167"),
+    ("IncrBy", "22016805016e05"),
+    ("IncrByFloat", "22016806017803302e35"),
+    ("Del", "22016807010166"),
+    ("GetAll", "22016808"),
+    ("Keys", "22016809"),
+    ("Vals", "2201680a"),
+    ("Exists", "2201680b0166"),
+    ("Len", "2201680c"),
+    ("StrLen", "2201680d0166"),
+];
+
 const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Ok", "00"),
     ("Nil", "01"),
@@ -591,6 +695,7 @@ const GOLDEN_REPLY: &[(&str, &str)] = &[
         "07000600fb409cfcc0d4010002000600fb409cfcc0d4010002140e01fb5802",
     ),
     ("Array", "0803020203016b01"),
+    ("Map", "09010306746f6b656e73030139"),
 ];
 const GOLDEN_LOG: &[(&str, &str)] = &[
     ("Origin", "fbedfe09"),
@@ -621,6 +726,11 @@ const GOLDEN_SNAPSHOT: &[(&str, &str)] = &[
         "OwnedValue::Semaphore",
         "03fd02002a36fe9c971702fd00002a36fe9c9717fd00ac4d32059d9717fd01002a36fe9c9717fd0065f753fe9c9717",
     ),
+    (
+        "OwnedValue::Hash",
+        "040206746f6b656e7303392e350274730d31373030303030303030303030",
+    ),
+    ("Record with a hash", "0168040101660176fd0058712e0c9d9717"),
     ("Record", "01620000fd00e11f3cfe9c9717fd00e11f3cfe9c9717"),
     (
         "snapshot body",

@@ -67,6 +67,17 @@ fn client_streams() -> Vec<(&'static str, Vec<u8>)> {
             ]),
         ),
         (
+            "hashes",
+            pipeline(&[
+                &["HSET", "h", "tokens", "10", "ts", "1700000000000"],
+                &["HINCRBY", "h", "tokens", "-3"],
+                &["HINCRBYFLOAT", "h", "tokens", "0.5"],
+                &["HMGET", "h", "tokens", "ts", "x"],
+                &["HGETALL", "h"],
+                &["HDEL", "h", "tokens", "ts"],
+            ]),
+        ),
+        (
             "inline",
             b"PING\r\nSET k \"a b\\x41\" 'c d'\nGETEX k PERSIST\r\n\r\n".to_vec(),
         ),
@@ -96,6 +107,8 @@ fn key_cmds() -> Vec<KeyCmd> {
         &["BK.CHECK", "user:7", "api", "COST", "2"],
         &["CL.THROTTLE", "cell", "15", "30", "60"],
         &["BK.CHECKALL", "2", "a", "b", "5/1s", "10/1m"],
+        &["HSET", "h", "f", "v", "g", "1"],
+        &["HINCRBYFLOAT", "h", "g", "2.5"],
     ];
     reqs.iter()
         .map(|args| match parse(Request::from_args(args), &rules) {

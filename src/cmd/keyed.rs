@@ -1,6 +1,6 @@
 //! The work a shard does on keys (`KeyCmd`), what it answers (`Reply`), and the dispatch of
-//! each command to the family file (`strings`, `expiry`, `keyspace`, `cell`, `limits`,
-//! `server`, `scan`) that executes it.
+//! each command to the family file (`strings`, `hashes`, `expiry`, `keyspace`, `cell`,
+//! `limits`, `server`, `scan`) that executes it.
 //!
 //! The connection parses and validates; the shard only executes, so a `KeyCmd` is always
 //! well-formed. Each command yields exactly one `Reply`.
@@ -9,6 +9,7 @@
 //! log and snapshots: their variant order and field order are an on-disk format. Variants are
 //! only ever appended; none is removed, moved elsewhere, or reordered.
 
+use super::hashes::{self, HashOp};
 use super::{cell, concurrency, expiry, keyspace, limits, scan, server, strings};
 use crate::limiter::Decision;
 use crate::limiter::Rule;
@@ -281,6 +282,11 @@ pub enum KeyCmd {
     },
     /// BK.INFLIGHT: how many slots are held.
     InFlight(Bytes),
+    /// A hash command (HSET, HGET, HINCRBY...) on the hash under `key`.
+    Hash {
+        key: Bytes,
+        op: HashOp,
+    },
     /// EVAL and friends: a Lua script on keys this shard owns, run whole.
     Eval(Box<super::script::Eval>),
 }
@@ -323,7 +329,8 @@ impl KeyCmd {
             | KeyCmd::GetSet { key, .. }
             | KeyCmd::GetEx { key, .. }
             | KeyCmd::ExpireTime { key, .. }
-            | KeyCmd::IncrByFloat { key, .. } => Some(key),
+            | KeyCmd::IncrByFloat { key, .. }
+            | KeyCmd::Hash { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -344,6 +351,8 @@ pub enum Reply {
     /// A multi-limit check: the deciding limit, then one entry per limit in request order.
     LimitAll(LimitReply, Vec<LimitReply>),
     Array(Vec<Reply>),
+    /// Pairs: a RESP3 map, flattened into an array in RESP2 (HGETALL).
+    Map(Vec<(Reply, Reply)>),
 }
 
 impl Reply {
@@ -542,6 +551,7 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
         }
         KeyCmd::Release { key, token } => concurrency::release(store, key, *token, now),
         KeyCmd::InFlight(key) => concurrency::in_flight(store, key, now),
+        KeyCmd::Hash { key, op } => hashes::execute(store, key, op, now),
     }
 }
 
@@ -558,12 +568,12 @@ pub(super) fn string_value(value: &[u8]) -> Value<'_> {
     }
 }
 
-/// A string key's value as a bulk reply; None for a bucket or a semaphore.
+/// A string key's value as a bulk reply; None for a bucket, a semaphore or a hash.
 pub(super) fn string_reply(value: Value<'_>) -> Option<Reply> {
     match value {
         Value::Str(s) => Some(Reply::Bulk(Bytes::copy_from_slice(s))),
         Value::Int(v) => Some(Reply::Bulk(Bytes::from(v.to_string()))),
-        Value::Bucket(_) | Value::Semaphore(_) => None,
+        Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => None,
     }
 }
 
@@ -599,6 +609,13 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
             w.array(items.len());
             for i in items {
                 encode(w, i);
+            }
+        }
+        Reply::Map(pairs) => {
+            w.map(pairs.len());
+            for (k, v) in pairs {
+                encode(w, k);
+                encode(w, v);
             }
         }
     }

@@ -78,12 +78,14 @@ pub(super) fn type_of(store: &Store, key: &[u8], now: u64) -> Reply {
     ))
 }
 
-/// What TYPE (and SCAN's TYPE filter) calls a value. Redis has no limiter types, so bucketd
-/// names its own: `bucket` for rate-limit state, `semaphore` for a concurrency limit.
+/// What TYPE (and SCAN's TYPE filter) calls a value: Redis's names for strings and hashes.
+/// Redis has no limiter types, so bucketd names its own: `bucket` for rate-limit state,
+/// `semaphore` for a concurrency limit.
 pub(super) fn type_name(value: &Value<'_>) -> &'static str {
     match value {
         Value::Bucket(_) => "bucket",
         Value::Semaphore(_) => "semaphore",
+        Value::Hash(_) => "hash",
         Value::Int(_) | Value::Str(_) => "string",
     }
 }

@@ -28,6 +28,7 @@ pub(crate) mod concurrency;
 pub(crate) mod connection;
 pub(crate) mod expiry;
 pub(crate) mod float;
+pub(crate) mod hashes;
 pub(crate) mod keyed;
 pub(crate) mod keyspace;
 pub(crate) mod limits;

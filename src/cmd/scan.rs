@@ -90,7 +90,7 @@ fn parse_cursor(b: &[u8]) -> Option<u64> {
 
 /// One shard's step of SCAN from scan position `from`: replies
 /// `[next position or -1 when done, keys examined, [keys...]]`. `type_name` is matched as
-/// TYPE names it (`string`, `bucket`, `semaphore`), in any case.
+/// TYPE names it (`string`, `hash`, `bucket`, `semaphore`), in any case.
 pub(super) fn step(
     store: &Store,
     from: u64,

@@ -436,7 +436,7 @@ pub(super) fn get(store: &Store, key: &[u8], now: u64) -> Reply {
         None => Reply::Nil,
         Some(Value::Str(s)) => Reply::Bulk(Bytes::copy_from_slice(s)),
         Some(Value::Int(v)) => Reply::Bulk(Bytes::from(v.to_string())),
-        Some(Value::Bucket(_) | Value::Semaphore(_)) => Reply::err(WRONGTYPE),
+        Some(Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_)) => Reply::err(WRONGTYPE),
     }
 }
 
@@ -586,7 +586,9 @@ pub(super) fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Re
                     Some(v) => v,
                     None => return Reply::err(NOT_INT),
                 },
-                Value::Bucket(_) | Value::Semaphore(_) => return Reply::err(WRONGTYPE),
+                Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => {
+                    return Reply::err(WRONGTYPE);
+                }
             };
             let Some(next) = cur.checked_add(delta) else {
                 return Reply::err(OVERFLOW);
@@ -652,7 +654,9 @@ pub(super) fn incr_by_float(store: &mut Store, key: &[u8], incr: &[u8], now: u64
         Slot::Live(live) => match live.get().value {
             Value::Int(v) => Ok(Some(float::LongDouble::from_i64(v))),
             Value::Str(s) => read(s),
-            Value::Bucket(_) | Value::Semaphore(_) => return Reply::err(WRONGTYPE),
+            Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => {
+                return Reply::err(WRONGTYPE);
+            }
         },
         Slot::Empty(_) => Ok(Some(float::LongDouble::from_i64(0))),
     };

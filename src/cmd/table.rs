@@ -7,8 +7,8 @@
 
 use super::NodeCmd;
 use super::{
-    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, keyspace, limits, rules,
-    scan, script, server, strings, transactions,
+    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, hashes, keyspace, limits,
+    rules, scan, script, server, strings, transactions,
 };
 use crate::protocol::{ArgError, Args, ReplyWriter};
 use crate::rules::RuleSet;
@@ -145,6 +145,7 @@ const FAMILIES: &[&[CommandSpec]] = &[
     connection::COMMANDS,
     server::COMMANDS,
     strings::COMMANDS,
+    hashes::COMMANDS,
     expiry::COMMANDS,
     keyspace::COMMANDS,
     cell::COMMANDS,

@@ -1053,6 +1053,7 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::GetDel(_)
         | KeyCmd::MGet(_) => true,
         KeyCmd::Set { get, .. } => *get,
+        KeyCmd::Hash { op, .. } => op.returns_values(),
         KeyCmd::IncrBy { .. }
         | KeyCmd::Expire { .. }
         | KeyCmd::Persist(_)

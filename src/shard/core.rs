@@ -34,6 +34,12 @@ pub(super) fn reply_bytes(r: &Reply) -> usize {
         Reply::Limit(_) => 64,
         Reply::LimitAll(_, each) => 64 + 64 * each.len(),
         Reply::Array(items) => 16 + items.iter().map(reply_bytes).sum::<usize>(),
+        Reply::Map(pairs) => {
+            16 + pairs
+                .iter()
+                .map(|(k, v)| reply_bytes(k) + reply_bytes(v))
+                .sum::<usize>()
+        }
     }
 }
 

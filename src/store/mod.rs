@@ -20,7 +20,7 @@ mod record;
 mod table;
 mod usage;
 
-pub use record::{Holder, Holders, OwnedValue, Record, Semaphore, Value};
+pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub use table::Slot;
 pub(crate) use usage::{Caps, StoreFull, Usage};
 
@@ -322,6 +322,15 @@ mod tests {
             next_token: 10,
             holders: Holders::pack(&holders, &mut packed),
         });
+        let mut packed_fields = Vec::new();
+        let hash = Value::Hash(Fields::pack(
+            [
+                (&b"tokens"[..], &b"9.5"[..]),
+                (b"ts", b"1700000000000"),
+                (b"", b""),
+            ],
+            &mut packed_fields,
+        ));
         let values = [
             (Value::Bucket(State::Gcra { tat: 50 }), 50),
             (Value::Bucket(State::Gcra { tat: 50 }), 70),
@@ -340,6 +349,8 @@ mod tests {
             (Value::Str(b"a longer string value"), 99),
             (Value::Str(b""), 0),
             (semaphore, 99),
+            (hash, 0),
+            (hash, 99),
             (Value::Int(3), 0),
         ];
         for key in [&b"a"[..], &long_key[..]] {
@@ -455,6 +466,13 @@ mod tests {
             holders: Holders::pack(&holders, &mut packed),
         });
         put(&mut s, b"sem", sem, 500, 0).unwrap();
+        let mut packed_fields = Vec::new();
+        let pairs = [
+            (b"f".to_vec(), b"1".to_vec()),
+            (b"g".to_vec(), b"two".to_vec()),
+        ];
+        let hash = Value::Hash(Fields::pack(pairs.iter().cloned(), &mut packed_fields));
+        put(&mut s, b"h", hash, 800, 0).unwrap();
         put(&mut s, b"n", Value::Int(5), 0, 0).unwrap();
         put(&mut s, b"s", Value::Str(b"v"), 700, 0).unwrap();
         put(
@@ -473,6 +491,10 @@ mod tests {
                 next_token: 4,
                 holders: holders.to_vec(),
             })
+        );
+        assert_eq!(
+            records.iter().find(|r| r.key == b"h").map(|r| &r.value),
+            Some(&OwnedValue::Hash(pairs.to_vec()))
         );
         let mut t = Store::new(0, 0);
         t.import(&records, |_| true);

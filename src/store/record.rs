@@ -5,13 +5,16 @@
 //! A packed record is `key header + key + tag (1 byte) + payload`. The key header is the key's
 //! length in one byte, or `0xFF` and a 4-byte little-endian length for keys of 255 bytes or
 //! more. The tag says which kind of value follows and whether an expiry is stored, and fixes
-//! the payload's size (strings carry their length, semaphores their room): a GCRA bucket whose
-//! expiry is its tat, the common case, takes `1 + key + 1 + 8` bytes. A record replaced by one
-//! of another size is marked dead in place and left for compaction.
+//! the payload's size (strings and hashes carry their length, semaphores their room): a GCRA
+//! bucket whose expiry is its tat, the common case, takes `1 + key + 1 + 8` bytes. A record
+//! replaced by one of another size is marked dead in place and left for compaction.
 //!
 //! A semaphore's record has room for more holders than it holds (`semaphore_room`), so that
 //! taking and giving back slots rewrites it in place instead of leaving a dead copy of the
 //! whole holder list behind at every change.
+//!
+//! A hash is one record holding all its fields, packed (`Fields`): the hash commands read and
+//! rewrite the whole record, which their bounds (`cmd::hashes`) keep small.
 //!
 //! The functions here read and write arena bytes at offsets the index holds. They run on every
 //! request and are called from the table's module, hence `#[inline]`.
@@ -30,6 +33,8 @@ pub enum Value<'a> {
     Str(&'a [u8]),
     /// A concurrency limit's slots (BK.ACQUIRE).
     Semaphore(Semaphore<'a>),
+    /// A hash's fields and values (HSET).
+    Hash(Fields<'a>),
 }
 
 impl Value<'_> {
@@ -98,6 +103,85 @@ impl<'a> Holders<'a> {
     }
 }
 
+/// A hash's fields and values as packed bytes: per field, its name and then its value, each a
+/// little-endian u32 length followed by the bytes, in the order the fields were added (a field
+/// keeps its place when its value changes), as Redis keeps a small hash.
+///
+/// Only `Fields::pack` makes one, but reading never trusts the lengths: a length that runs
+/// past the end stops the iteration instead of panicking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fields<'a>(&'a [u8]);
+
+impl<'a> Fields<'a> {
+    /// Packs `pairs` into `out` (cleared first) and returns a view of them. The caller keeps
+    /// each name and value below 4 GiB (the hash commands' bounds are far below).
+    pub fn pack<F, V>(pairs: impl IntoIterator<Item = (F, V)>, out: &'a mut Vec<u8>) -> Fields<'a>
+    where
+        F: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        out.clear();
+        for (f, v) in pairs {
+            for part in [f.as_ref(), v.as_ref()] {
+                let n = u32::try_from(part.len()).unwrap_or(u32::MAX);
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&part[..n as usize]);
+            }
+        }
+        let out: &'a Vec<u8> = out;
+        Fields(out)
+    }
+
+    /// The fields and their values, in order.
+    pub fn iter(&self) -> FieldIter<'a> {
+        FieldIter(self.0)
+    }
+
+    /// The value of `field`, if the hash has it.
+    pub fn get(&self, field: &[u8]) -> Option<&'a [u8]> {
+        self.iter().find(|(f, _)| *f == field).map(|(_, v)| v)
+    }
+
+    /// How many fields the hash has.
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    /// The packed bytes, lengths included.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// The (field, value) pairs of packed [`Fields`].
+pub struct FieldIter<'a>(&'a [u8]);
+
+impl<'a> FieldIter<'a> {
+    fn part(&mut self) -> Option<&'a [u8]> {
+        let len = self.0.get(..4)?;
+        let n = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let part = self.0.get(4..4usize.checked_add(n)?)?;
+        self.0 = &self.0[4 + n..];
+        Some(part)
+    }
+}
+
+impl<'a> Iterator for FieldIter<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let pair = self.part().zip(self.part());
+        if pair.is_none() {
+            self.0 = &[];
+        }
+        pair
+    }
+}
+
 /// A value detached from the store, for snapshots. Part of [`Record`]'s encoding.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum OwnedValue {
@@ -109,6 +193,8 @@ pub enum OwnedValue {
         next_token: u64,
         holders: Vec<Holder>,
     },
+    /// A hash's (field, value) pairs, in order.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
 }
 
 impl From<Value<'_>> for OwnedValue {
@@ -121,12 +207,16 @@ impl From<Value<'_>> for OwnedValue {
                 next_token: s.next_token,
                 holders: s.holders.iter().collect(),
             },
+            Value::Hash(h) => {
+                OwnedValue::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
+            }
         }
     }
 }
 
 impl OwnedValue {
-    /// The value to store; `scratch` holds a semaphore's packed holders.
+    /// The value to store; `scratch` holds a semaphore's packed holders or a hash's packed
+    /// fields.
     pub fn as_value<'a>(&'a self, scratch: &'a mut Vec<u8>) -> Value<'a> {
         match self {
             OwnedValue::Bucket(s) => Value::Bucket(*s),
@@ -139,6 +229,9 @@ impl OwnedValue {
                 next_token: *next_token,
                 holders: Holders::pack(holders, scratch),
             }),
+            OwnedValue::Hash(pairs) => {
+                Value::Hash(Fields::pack(pairs.iter().map(|(f, v)| (f, v)), scratch))
+            }
         }
     }
 }
@@ -174,6 +267,7 @@ const T_STR: u8 = 6; // len u32, bytes
 const T_STR_EXP: u8 = 7; // expiry, len u32, bytes
 const T_ALIGNED: u8 = 8; // expiry, start, count
 const T_SEMAPHORE: u8 = 9; // expiry, next token, holders u32, room u32, room * 16 bytes
+const T_HASH: u8 = 10; // expiry, len u32, packed fields
 const T_DEAD: u8 = 0xFF;
 
 #[inline]
@@ -238,6 +332,7 @@ pub(super) fn payload_len(a: &[u8], tag: u8, at: usize) -> usize {
         T_STR => 4 + rd32(a, at) as usize,
         T_STR_EXP => 12 + rd32(a, at + 8) as usize,
         T_SEMAPHORE => 24 + rd32(a, at + 20) as usize * Holders::SIZE,
+        T_HASH => 12 + rd32(a, at + 8) as usize,
         _ => 0,
     }
 }
@@ -345,6 +440,13 @@ pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
                 expires_at: rd64(a, p),
             }
         }
+        T_HASH => {
+            let n = rd32(a, p + 8) as usize;
+            EntryView {
+                value: Value::Hash(Fields(&a[p + 12..p + 12 + n])),
+                expires_at: rd64(a, p),
+            }
+        }
         // Dead records are never reachable from the index; read as an expired counter.
         _ => EntryView {
             value: Value::Int(0),
@@ -422,6 +524,15 @@ pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, room: usize, out
             out.extend_from_slice(&held[..count * Holders::SIZE]);
             // The spare room is zeros; it is never read.
             out.resize(out.len() + (room - count) * Holders::SIZE, 0);
+        }
+        Value::Hash(fields) => {
+            // Hashes are bounded by the hash commands' byte cap, far below 4 GiB.
+            let bytes = fields.as_bytes();
+            let n = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            out.push(T_HASH);
+            push(out, expires_at);
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&bytes[..n as usize]);
         }
     }
 }

@@ -154,9 +154,9 @@ impl<'a> LiveEntry<'a> {
         *self.entry.get_mut() = new_off;
     }
 
-    /// Changes only the expiry (counters and strings).
+    /// Changes only the expiry (counters, strings and hashes).
     pub fn set_expiry(&mut self, expires_at: u64) {
-        // Copied out first: re-encoding writes the arena a string or semaphore lives in.
+        // Copied out first: re-encoding writes the arena a string, semaphore or hash lives in.
         let detached = OwnedValue::from(self.get().value);
         let mut scratch = Vec::new();
         self.set(detached.as_value(&mut scratch), expires_at);

@@ -26,8 +26,8 @@ pub struct Caps {
     max_bytes: AtomicUsize,
     keys: AtomicUsize,
     bytes: AtomicUsize,
-    /// The largest string value any store has held (a high-water mark, never lowered): how
-    /// large one reply carrying a stored value can be.
+    /// The largest string or hash value any store has held (a high-water mark, never
+    /// lowered): how large one reply carrying a stored value can be.
     largest_value: AtomicUsize,
 }
 
@@ -48,18 +48,23 @@ impl Caps {
         self.max_bytes.load(Ordering::Relaxed)
     }
 
-    /// The largest string value stored so far (at least 4 KiB: smaller ones are not tracked).
+    /// The largest string or hash value stored so far (at least 4 KiB: smaller ones are not
+    /// tracked).
     pub fn largest_value(&self) -> usize {
         self.largest_value.load(Ordering::Relaxed).max(4096)
     }
 
-    /// Raises the largest-value mark; touches the shared counter only for a large value.
+    /// Raises the largest-value mark; touches the shared counter only for a large value. A
+    /// hash counts as a whole: HGETALL answers all of it at once.
     #[inline]
     pub(super) fn note_value(&self, value: &Value<'_>) {
-        if let Value::Str(s) = value
-            && s.len() > 4096
-        {
-            self.largest_value.fetch_max(s.len(), Ordering::Relaxed);
+        let len = match value {
+            Value::Str(s) => s.len(),
+            Value::Hash(h) => h.as_bytes().len(),
+            _ => return,
+        };
+        if len > 4096 {
+            self.largest_value.fetch_max(len, Ordering::Relaxed);
         }
     }
 

@@ -8,6 +8,7 @@ mod harness;
 mod clients;
 mod concurrency;
 mod failover;
+mod hashes;
 mod membership;
 mod metrics;
 mod network;

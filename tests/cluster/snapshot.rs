@@ -1,8 +1,11 @@
 //! Snapshots: a node that was down while its groups snapshotted and purged their logs gets
-//! the snapshot installed and then the log after it; a restart from snapshots keeps counts.
+//! the snapshot installed and then the log after it; a restart from snapshots keeps counts
+//! and hashes.
 
 use crate::harness::*;
 use bucketd::internals::cluster::typ::GroupId;
+use bucketd::internals::cmd::keyed::Reply;
+use bytes::Bytes;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::time::Duration;
 
@@ -94,6 +97,21 @@ async fn lagging_node_is_sent_a_snapshot_and_restarts_from_it() {
                 .collect()
         };
         replies_concurrently(&c.addrs(), half(true)).await;
+        // A hash in each group, which only the snapshots carry to the lagging node.
+        let hashes: Vec<String> = (0..c.spec.groups)
+            .map(|g| key_in_group(&c.spec, "snap:hash", g))
+            .collect();
+        let hset = |h: &str, g: usize| line(&["HSET", h, "group", &g.to_string(), "n", "-1"]);
+        let mut writer = Router::new(c.addrs());
+        replies(
+            &mut writer,
+            &hashes
+                .iter()
+                .enumerate()
+                .map(|(g, h)| hset(h, g))
+                .collect::<Vec<_>>(),
+        )
+        .await;
         for g in 0..c.spec.groups {
             snapshot_and_purge(&c, g).await;
         }
@@ -143,6 +161,18 @@ async fn lagging_node_is_sent_a_snapshot_and_restarts_from_it() {
             .await;
         }
 
+        let bulk = |s: String| Reply::Bulk(Bytes::from(s));
+        for (g, h) in hashes.iter().enumerate() {
+            let want = Reply::Map(vec![
+                (bulk("group".into()), bulk(g.to_string())),
+                (bulk("n".into()), bulk("-1".into())),
+            ]);
+            wait_for(&format!("node {down} to hold {h}"), SECS, || async {
+                (c.local(down, &["HGETALL", h]).await == want).then_some(())
+            })
+            .await;
+        }
+
         // Every node now starts from its snapshot plus the log after it.
         c.stop_all().await;
         for id in c.ids() {
@@ -153,6 +183,12 @@ async fn lagging_node_is_sent_a_snapshot_and_restarts_from_it() {
         let after = replies(&mut client, &peeks).await;
         for ((p, want), got) in peeks.iter().zip(&expected).zip(&after) {
             assert_eq!(got, want, "{p:?} after restarting from snapshots");
+        }
+        for (g, h) in hashes.iter().enumerate() {
+            let (got, _) = client.call(&["HMGET", h, "group", "n"], SERVE).await;
+            let want: Vec<String> = vec![g.to_string(), "-1".into()];
+            let got: Vec<String> = got.array().iter().map(Resp::text).collect();
+            assert_eq!(got, want, "{h} after restarting from snapshots");
         }
         c.stop_all().await;
     })
