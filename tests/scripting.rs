@@ -194,3 +194,41 @@ async fn scripts_are_kept_to_their_keys_and_to_deterministic_bounded_work() {
     })
     .await;
 }
+
+/// Limiter scripts through redis-py (`register_script`, and EVALSHA after SCRIPT LOAD), next to
+/// a real Redis: tests/py/scripts.py.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiter_scripts_through_redis_py_match_redis() {
+    bounded(async {
+        // The script reads the time with TIME; the node's clock runs, as Redis's does.
+        let node = bucketd::server::start(
+            common::test_settings(),
+            std::sync::Arc::new(bucketd::clock::SystemClock),
+        )
+        .await
+        .expect("node starts");
+        let redis = RealRedis::start().await;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scripts.py");
+        let out = tokio::time::timeout(
+            std::time::Duration::from_secs(90),
+            tokio::process::Command::new("python3")
+                .arg(script)
+                .arg(node.addr.port().to_string())
+                .arg(redis.addr.port().to_string())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("scripts.py finishes within 90 s")
+        .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{stdout}");
+        assert!(
+            out.status.success(),
+            "scripts.py failed\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        node.shutdown().await;
+    })
+    .await;
+}

@@ -1,0 +1,113 @@
+"""Limiter scripts through redis-py as gateways load them (register_script, and EVALSHA after
+SCRIPT LOAD), against a bucketd node and a real Redis side by side: the same calls must get the
+same replies, and clients racing on one bucket never get more than it holds.
+
+usage: scripts.py BUCKETD_PORT REDIS_PORT
+"""
+
+import sys
+import threading
+
+import redis
+
+# README's token bucket, reading the time with TIME.
+TOKEN_BUCKET = """
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local capacity, rate, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens, ts = tonumber(b[1]) or capacity, tonumber(b[2]) or now
+tokens = math.min(capacity, tokens + (now - ts) * rate / 1000)
+local allowed = tokens >= cost
+if allowed then tokens = tokens - cost end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
+redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / rate * 1000))
+return { allowed and 1 or 0, math.floor(tokens) }
+"""
+
+# The same bucket with the caller's clock: `now_ms` is ARGV[4].
+TOKEN_BUCKET_NOW = TOKEN_BUCKET.replace(
+    "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n",
+    "local now = tonumber(ARGV[4])\n",
+)
+
+FIXED_WINDOW = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if n > tonumber(ARGV[1]) then return {0, n} end
+return {1, n}
+"""
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(("PASS " if ok else "FAIL ") + name + (f": {detail}" if detail and not ok else ""))
+    if not ok:
+        failures.append(name)
+
+
+def main():
+    ours = redis.Redis(port=int(sys.argv[1]), socket_timeout=10)
+    theirs = redis.Redis(port=int(sys.argv[2]), socket_timeout=10)
+    for r in (ours, theirs):
+        r.flushall()
+
+    # The caller's clock: identical calls at identical times give identical replies, including
+    # the refill between calls.
+    calls = [(1_700_000_000_000 + dt, cost) for dt, cost in
+             [(0, 1), (0, 3), (10, 4), (20, 5), (120, 1), (1000, 2), (1001, 9), (5000, 1)]]
+    replies = {}
+    for name, r in (("bucketd", ours), ("redis", theirs)):
+        bucket = r.register_script(TOKEN_BUCKET_NOW)
+        replies[name] = [bucket(keys=["tb:now"], args=[10, 2, cost, now]) for now, cost in calls]
+        replies[name].append(r.hgetall("tb:now"))
+    check("token bucket with now_ms: same replies", replies["bucketd"] == replies["redis"],
+          f"{replies}")
+
+    # EVALSHA after SCRIPT LOAD, the fixed window.
+    seen = {}
+    for name, r in (("bucketd", ours), ("redis", theirs)):
+        sha = r.script_load(FIXED_WINDOW)
+        seen[name] = (sha, [r.evalsha(sha, 1, "fw:k", 3, 60000) for _ in range(5)])
+    check("fixed window by EVALSHA: same replies", seen["bucketd"] == seen["redis"], f"{seen}")
+
+    # The TIME version: a burst far faster than the refill (1 per minute) is decided the same.
+    burst = {}
+    for name, r in (("bucketd", ours), ("redis", theirs)):
+        bucket = r.register_script(TOKEN_BUCKET)
+        burst[name] = [bucket(keys=["tb:time"], args=[5, 1 / 60, 1])[0] for _ in range(8)]
+    check("token bucket with TIME: same decisions", burst["bucketd"] == burst["redis"], f"{burst}")
+    check("token bucket with TIME: 5 of 8 admitted", sum(burst["bucketd"]) == 5, f"{burst}")
+
+    # register_script falls back to EVAL when the script is not known (after SCRIPT FLUSH).
+    ours.script_flush()
+    bucket = ours.register_script(TOKEN_BUCKET)
+    first = bucket(keys=["tb:flushed"], args=[3, 1 / 60, 1])
+    check("register_script after SCRIPT FLUSH", first == [1, 2], f"{first}")
+
+    # Contention: 8 clients racing on one bucket of 20 with a refill of 1 per minute.
+    admitted = []
+    lock = threading.Lock()
+
+    def client():
+        r = redis.Redis(port=int(sys.argv[1]), socket_timeout=10)
+        b = r.register_script(TOKEN_BUCKET)
+        n = sum(b(keys=["tb:race"], args=[20, 1 / 60, 1])[0] for _ in range(25))
+        with lock:
+            admitted.append(n)
+
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    total = sum(admitted)
+    check("8 racing clients: no more admitted than the bucket holds",
+          len(admitted) == 8 and 20 <= total <= 21, f"admitted {admitted} = {total}")
+
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
