@@ -20,6 +20,7 @@ mod quiet;
 mod restart;
 mod rls;
 mod scaling;
+mod scripts;
 mod snapshot;
 mod topology;
 mod transactions;
