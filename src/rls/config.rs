@@ -142,13 +142,22 @@ fn decide_for(requests_per_unit: u32, unit: Unit, algorithm: Algorithm) -> Decid
     }
 }
 
-/// One level of a domain's descriptor tree.
+/// One level of a domain's descriptor tree, by key, so a request's entries are looked up
+/// as the `&str`s they are, without building a key for each.
 #[derive(Debug, Default)]
 struct Level {
-    /// By key and value; a value of None is the key's default (any value).
-    exact: AHashMap<(String, Option<String>), Node>,
-    /// Values ending in `*`: `(key, prefix)`, in file order.
-    wildcards: Vec<(String, String)>,
+    keys: AHashMap<String, Choices>,
+}
+
+/// What one key matches at a level.
+#[derive(Debug, Default)]
+struct Choices {
+    /// By exact value.
+    values: AHashMap<String, Node>,
+    /// The values in `values` that end in `*`, in file order.
+    wildcards: Vec<String>,
+    /// The key with no value: any value, one counter per value.
+    default: Option<Node>,
 }
 
 #[derive(Debug, Default)]
@@ -182,19 +191,19 @@ impl RlsConfig {
         let mut level = self.domains.get(domain)?;
         let mut found: Option<Matched> = None;
         for (i, &(key, value)) in entries.iter().enumerate() {
-            let exact = level.exact.get(&(key.to_string(), Some(value.to_string())));
+            let Some(choices) = level.keys.get(key) else {
+                break;
+            };
             let wild = || {
-                level
+                choices
                     .wildcards
                     .iter()
-                    .find(|(k, prefix)| k == key && value.starts_with(prefix.as_str()))
-                    .and_then(|(k, prefix)| {
-                        level.exact.get(&(k.clone(), Some(format!("{prefix}*"))))
-                    })
+                    .find(|w| value.starts_with(&w[..w.len() - 1]))
+                    .and_then(|w| choices.values.get(w))
             };
-            let (next, by_default) = match exact.or_else(wild) {
+            let (next, by_default) = match choices.values.get(value).or_else(wild) {
                 Some(n) => (Some(n), false),
-                None => (level.exact.get(&(key.to_string(), None)), true),
+                None => (choices.default.as_ref(), true),
             };
             let Some(next) = next else { break };
             if i + 1 == entries.len()
@@ -207,7 +216,7 @@ impl RlsConfig {
                     stat_key,
                 });
             }
-            if next.children.exact.is_empty() {
+            if next.children.keys.is_empty() {
                 break;
             }
             level = &next.children;
@@ -339,11 +348,13 @@ fn load_level(
             format!("{}_{}", d.key, d.value)
         };
         let path = format!("{parent}.{composite}");
-        let id = (
-            d.key.clone(),
-            (!d.value.is_empty()).then(|| d.value.clone()),
-        );
-        if level.exact.contains_key(&id) {
+        let choices = level.keys.entry(d.key.clone()).or_default();
+        let taken = if d.value.is_empty() {
+            choices.default.is_some()
+        } else {
+            choices.values.contains_key(&d.value)
+        };
+        if taken {
             return Err(format!("duplicate descriptor composite key '{path}'"));
         }
         let limit = d
@@ -356,10 +367,15 @@ fn load_level(
             children: Level::default(),
         };
         load_level(&mut node.children, &d.descriptors, &path, depth + 1, count)?;
-        if let Some(prefix) = d.value.strip_suffix('*') {
-            level.wildcards.push((d.key.clone(), prefix.to_string()));
+        let choices = level.keys.entry(d.key.clone()).or_default();
+        if d.value.is_empty() {
+            choices.default = Some(node);
+        } else {
+            if d.value.ends_with('*') {
+                choices.wildcards.push(d.value.clone());
+            }
+            choices.values.insert(d.value.clone(), node);
         }
-        level.exact.insert(id, node);
     }
     Ok(())
 }

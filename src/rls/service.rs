@@ -363,9 +363,17 @@ fn pb_duration(ns: u64) -> PbDuration {
 /// The counter a descriptor counts in: its domain and entries, each length-prefixed, so no
 /// two descriptors share one.
 fn counter_key(domain: &str, entries: &[(&str, &str)]) -> Bytes {
-    let mut k = format!("rls:{}:{domain}", domain.len());
+    use std::fmt::Write;
+    let mut k = String::with_capacity(
+        16 + domain.len()
+            + entries
+                .iter()
+                .map(|(k, v)| 12 + k.len() + v.len())
+                .sum::<usize>(),
+    );
+    let _ = write!(k, "rls:{}:{domain}", domain.len());
     for (key, value) in entries {
-        k.push_str(&format!(":{}:{key}:{}:{value}", key.len(), value.len()));
+        let _ = write!(k, ":{}:{key}:{}:{value}", key.len(), value.len());
     }
     Bytes::from(k)
 }
