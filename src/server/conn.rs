@@ -427,7 +427,6 @@ impl Conn {
                         self.round.checks += u64::from(m.is_check());
                         let mut reply = self.cross_shard(m).await?;
                         if let Some(names) = named {
-                            let rules = self.node.rules.load();
                             let decided: Vec<(Bytes, Verdict)> = names
                                 .into_iter()
                                 .filter_map(|n| {
@@ -820,13 +819,13 @@ impl Conn {
         };
         let mut buf = Vec::new();
         let mut decided: Vec<(Bytes, Verdict)> = Vec::new();
+        let rules = self.node.rules.load();
         ReplyWriter::new(&mut buf, self.resp3).array(rest.len());
         for item in rest {
             match item {
                 Err(named) => match replies.next() {
                     Some(mut r) => {
                         if let Some(names) = named {
-                            let rules = self.node.rules.load();
                             for n in names {
                                 if let Some(v) = settle_named(&mut r, &n, &rules) {
                                     decided.push((n.name, v));
