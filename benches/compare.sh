@@ -199,6 +199,12 @@ cpu_ticks() {
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
 
+# CPU time of a process in nanoseconds, summed over its threads (the scheduler's own account:
+# finer than clock ticks, so short runs still give a CPU time per request).
+cpu_ns() {
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'
+}
+
 rss_kb() {
     awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
 }
@@ -228,16 +234,21 @@ core_ticks() {
 
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b > 0 ? a / b * 100 : 0) }'; }
 
-# record_run ID PIPE ROUND PARSED CPU_TICKS WALL_NS SERVER_BUSY SERVER_ALL CLIENT_BUSY CLIENT_ALL:
-# appends one run to $RUNS and sets RUN_PROC (the servers' CPU over the run, % of one core),
-# RUN_SRV and RUN_CL (how busy the server and client cores were, %).
+# record_run ID PIPE ROUND PARSED CPU_TICKS WALL_NS SERVER_BUSY SERVER_ALL CLIENT_BUSY CLIENT_ALL
+# [CPU_NS REQUESTS]: appends one run to $RUNS and sets RUN_PROC (the servers' CPU over the run,
+# % of one core), RUN_SRV and RUN_CL (how busy the server and client cores were, %) and RUN_NS
+# (the server's CPU time per request in ns, when CPU_NS and REQUESTS are given).
 record_run() {
     RUN_PROC=$(awk -v c="$5" -v t="$6" -v hz="$CLK_TCK" \
         'BEGIN { printf "%.0f", (c / hz) / (t / 1e9) * 100 }')
     RUN_SRV=$(pct "$7" "$8")
     RUN_CL=$(pct "$9" "${10}")
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$RUN_PROC" "$RUN_SRV" \
-        "$RUN_CL" "$RUN_NOISY" >>"$RUNS"
+    RUN_NS=NA
+    if [[ -n ${11:-} && -n ${12:-} ]]; then
+        RUN_NS=$(awk -v c="${11}" -v n="${12}" 'BEGIN { printf "%.0f", (n > 0 ? c / n : 0) }')
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$RUN_PROC" "$RUN_SRV" \
+        "$RUN_CL" "$RUN_NOISY" "$RUN_NS" >>"$RUNS"
 }
 
 # Other work on the machine (builds, tests) skews a run. Before each run, wait (bounded per run
@@ -269,8 +280,9 @@ wait_quiet() {
 }
 
 # bench ID PID PORT PIPELINE N ROUND CLIENT_CPU|none CMD...: one bounded redis-benchmark run,
-# appended to $RUNS with the server process's CPU use and how busy the server's and the client's
-# cores were over the run (100% = one core; with no pinning, the mean of all cores).
+# appended to $RUNS with the server process's CPU use (over the run, and per request) and how
+# busy the server's and the client's cores were over the run (100% = one core; with no pinning,
+# the mean of all cores).
 bench() {
     local id=$1 pid=$2 port=$3 pipe=$4 n=$5 round=$6 pin=$7
     shift 7
@@ -283,16 +295,18 @@ bench() {
     fi
     cli "$port" FLUSHALL >/dev/null
     wait_quiet
-    local t0 t1 c0 c1 s0 s1 k0 k1 csv parsed rc=0
+    local t0 t1 c0 c1 n0 n1 s0 s1 k0 k1 csv parsed rc=0
     read -r s0 s1 < <(core_ticks "$srv_core")
     read -r k0 k1 < <(core_ticks "$cli_core")
     c0=$(cpu_ticks "$pid")
+    n0=$(cpu_ns "$pid")
     t0=$(date +%s%N)
     csv=$(timeout "$RUN_TIMEOUT" "${client[@]}" redis-benchmark -h "$HOST" -p "$port" \
         -c "$CLIENTS" -n "$n" -r "$KEYSPACE" -P "$pipe" --csv "$@" 2>>"$WORK/benchmark.err") ||
         rc=$?
     t1=$(date +%s%N)
     c1=$(cpu_ticks "$pid")
+    n1=$(cpu_ns "$pid")
     local s2 s3 k2 k3
     read -r s2 s3 < <(core_ticks "$srv_core")
     read -r k2 k3 < <(core_ticks "$cli_core")
@@ -307,10 +321,11 @@ bench() {
         return 0
     fi
     record_run "$id" "$pipe" "$round" "$parsed" $((c1 - c0)) $((t1 - t0)) \
-        $((s2 - s0)) $((s3 - s1)) $((k2 - k0)) $((k3 - k1))
+        $((s2 - s0)) $((s3 - s1)) $((k2 - k0)) $((k3 - k1)) $((n1 - n0)) "$n"
     local proc=$RUN_PROC srv=$RUN_SRV cl=$RUN_CL
     log "  $id P$pipe round $round: $(cut -f1 <<<"$parsed" | cut -d. -f1) ops/s" \
-        "(server process CPU $proc%, server core $srv% busy, client core $cl% busy)"
+        "(server CPU $RUN_NS ns/request, $proc% of a core; server core $srv% busy," \
+        "client core $cl% busy)"
 }
 
 requests_for() { if [[ $1 == 1 ]]; then echo "$N_P1"; else echo "$N_P16"; fi; }
@@ -340,6 +355,10 @@ log "redis-server pid $REDIS_PID port $REDIS_PORT, bucketd pid $BUCKETD_PID port
 
 SHA=$(cli "$REDIS_PORT" SCRIPT LOAD "$(cat "$BENCHES/token_bucket.lua")")
 [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD answered '$SHA'"
+# The same script, unchanged, on bucketd: what a gateway gets before it moves to the native
+# command.
+[[ $(cli "$BUCKETD_PORT" SCRIPT LOAD "$(cat "$BENCHES/token_bucket.lua")") == "$SHA" ]] ||
+    die "bucketd's SCRIPT LOAD did not answer $SHA"
 
 EVAL_CMD=(EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10 1)
 THROTTLE_CMD=(CL.THROTTLE 'bucket:__rand_int__' 99 10 1)
@@ -347,12 +366,18 @@ CHECK_CMD=(BK.CHECK 'bucket:__rand_int__' 10/1s:100)
 INCR_CMD=(INCR 'bucket:__rand_int__')
 
 check_reply "$REDIS_PORT" '^1 99 $' EVALSHA "$SHA" 1 bucket:check 100 10 1
+check_reply "$BUCKETD_PORT" '^1 99 $' EVALSHA "$SHA" 1 bucket:check 100 10 1
+check_reply "$REDIS_PORT" '^PONG $' PING
+check_reply "$BUCKETD_PORT" '^PONG $' PING
 check_reply "$BUCKETD_PORT" '^0 100 99 -1 1 $' CL.THROTTLE bucket:check1 99 10 1
 check_reply "$BUCKETD_PORT" '^1 100 99 -1 100 $' BK.CHECK bucket:check2 10/1s:100
 check_reply "$REDIS_PORT" '^1 $' INCR bucket:counter
 check_reply "$BUCKETD_PORT" '^1 $' INCR bucket:counter
 
 redis_eval() { bench redis:evalsha "$REDIS_PID" "$REDIS_PORT" "$@" "${EVAL_CMD[@]}"; }
+bd_eval() { bench bucketd:evalsha "$BUCKETD_PID" "$BUCKETD_PORT" "$@" "${EVAL_CMD[@]}"; }
+redis_ping() { bench redis:ping "$REDIS_PID" "$REDIS_PORT" "$@" PING; }
+bd_ping() { bench bucketd:ping "$BUCKETD_PID" "$BUCKETD_PORT" "$@" PING; }
 redis_incr() { bench redis:incr "$REDIS_PID" "$REDIS_PORT" "$@" "${INCR_CMD[@]}"; }
 bd_throttle() { bench bucketd:throttle "$BUCKETD_PID" "$BUCKETD_PORT" "$@" "${THROTTLE_CMD[@]}"; }
 bd_check() { bench bucketd:check "$BUCKETD_PID" "$BUCKETD_PORT" "$@" "${CHECK_CMD[@]}"; }
@@ -365,14 +390,20 @@ for ((round = 1; round <= ROUNDS; round++)); do
         args=("$pipe" "$n" "$round" "$CLIENT_CPU")
         # Alternate who goes first, so drift over time does not favour one side.
         if ((round % 2 == 1)); then
+            redis_ping "${args[@]}"
+            bd_ping "${args[@]}"
             redis_eval "${args[@]}"
+            bd_eval "${args[@]}"
             bd_throttle "${args[@]}"
             bd_check "${args[@]}"
             redis_incr "${args[@]}"
             bd_incr "${args[@]}"
         else
+            bd_ping "${args[@]}"
+            redis_ping "${args[@]}"
             bd_check "${args[@]}"
             bd_throttle "${args[@]}"
+            bd_eval "${args[@]}"
             redis_eval "${args[@]}"
             bd_incr "${args[@]}"
             redis_incr "${args[@]}"
@@ -529,17 +560,44 @@ $BUSY_RUNS of $TOTAL_RUNS runs started while other work kept the machine over $Q
 average at the end: $(cut -d' ' -f1-3 /proc/loadavg)).
 
 - Redis: \`EVALSHA <sha> 1 bucket:__rand_int__ 100 10 1\` (benches/token_bucket.lua: TIME, HMGET,
-  HSET, PEXPIRE) and \`INCR bucket:__rand_int__\`.
-- bucketd (\`--shards 1\`): \`CL.THROTTLE bucket:__rand_int__ 99 10 1\`,
-  \`BK.CHECK bucket:__rand_int__ 10/1s:100\` (the same limit: burst 100, 10/s) and \`INCR\`.
+  HSET, PEXPIRE), \`INCR bucket:__rand_int__\` and \`PING\`.
+- bucketd (\`--shards 1\`): the same \`EVALSHA\` (the script loaded unchanged),
+  \`CL.THROTTLE bucket:__rand_int__ 99 10 1\`, \`BK.CHECK bucket:__rand_int__ 10/1s:100\` (the
+  same limit: burst 100, 10/s), \`INCR\` and \`PING\`.
+- "CPU ns/req" is the server process's own CPU time over the run (all its threads, from
+  /proc/PID/task/*/schedstat) divided by the requests: what a request costs the server, whoever
+  set the pace.
 
 ## Throughput and latency
 
 EOF
     python3 "$BENCHES/report.py" pairs "$RUNS" Redis bucketd \
+        "token bucket script: EVALSHA vs EVALSHA|redis:evalsha|bucketd:evalsha" \
         "token bucket: EVALSHA vs CL.THROTTLE|redis:evalsha|bucketd:throttle" \
         "token bucket: EVALSHA vs BK.CHECK|redis:evalsha|bucketd:check" \
-        "counter: INCR vs INCR|redis:incr|bucketd:incr"
+        "counter: INCR vs INCR|redis:incr|bucketd:incr" \
+        "PING vs PING|redis:ping|bucketd:ping"
+    cat <<EOF
+
+### On bucketd: the script as it is, or the native command
+
+The same token bucket on the same node, as the unchanged \`EVALSHA\` and as \`CL.THROTTLE\`
+(ratio: native / script).
+
+EOF
+    python3 "$BENCHES/report.py" pairs "$RUNS" EVALSHA CL.THROTTLE \
+        "token bucket|bucketd:evalsha|bucketd:throttle"
+    cat <<EOF
+
+### Server CPU per request against Redis's INCR
+
+Each request's server CPU time over that of Redis's \`INCR\`, from the same runs.
+
+EOF
+    python3 "$BENCHES/report.py" cpu-ratios "$RUNS" "Redis INCR|redis:incr" \
+        "bucketd CL.THROTTLE|bucketd:throttle" "bucketd BK.CHECK|bucketd:check" \
+        "bucketd INCR|bucketd:incr" "Redis EVALSHA|redis:evalsha" \
+        "bucketd EVALSHA|bucketd:evalsha" "Redis PING|redis:ping" "bucketd PING|bucketd:ping"
     cat <<EOF
 
 ## Memory per bucket

@@ -7,9 +7,13 @@ usage:
       figure: redis-benchmark before 7.0 prints no latency columns).
   report.py pairs RUNS.tsv A_NAME B_NAME ROW [ROW ...]
       RUNS.tsv lines: id, pipeline, round, rps, p50_ms, p99_ms, server_process_cpu_pct,
-      server_core_busy_pct, client_core_busy_pct, started_busy (0/1).
+      server_core_busy_pct, client_core_busy_pct, started_busy (0/1) and optionally
+      server_cpu_ns_per_request.
       ROW is "title|a_id|b_id"; one table line per ROW and pipeline, comparing the medians of
-      the runs of a_id (side A) and b_id (side B). The ratio is B / A.
+      the runs of a_id (side A) and b_id (side B). The ratios are B / A.
+  report.py cpu-ratios RUNS.tsv BASE COL [COL ...]
+      BASE and COL are "title|id"; one table line per COL (BASE first), with its median server
+      CPU ns per request at each pipeline and its ratio to BASE's.
   report.py columns RUNS.tsv COL [COL ...]
       COL is "title|id"; one table line per pipeline, with the median ops/s, p50 and p99 of
       each COL's runs side by side.
@@ -58,7 +62,7 @@ def load_runs(path):
     with open(path) as f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
-            if len(parts) != 10:
+            if len(parts) not in (10, 11):
                 continue
             rid, pipe = parts[0], parts[1]
             values = []
@@ -67,8 +71,15 @@ def load_runs(path):
                     values.append(float(v))
                 except ValueError:
                     values.append(None)
+            if len(values) == 7:
+                values.append(None)
             runs.setdefault((rid, pipe), []).append(values)
     return runs
+
+
+def ns(samples):
+    m = median_of(samples, 7)
+    return "n/a" if m is None else f"{m:,.0f}"
 
 
 def median_of(samples, i):
@@ -115,9 +126,10 @@ def pairs(path, a_name, b_name, rows):
     print(
         f"| test | pipeline | {a_name} ops/s (median) | {b_name} ops/s (median) | ratio "
         f"{b_name}/{a_name} | {a_name} p50/p99 ms | {b_name} p50/p99 ms | "
+        f"{a_name} CPU ns/req | {b_name} CPU ns/req | CPU {b_name}/{a_name} | "
         f"{a_name} busy server / client core | {b_name} busy server / client core |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         title, a_id, b_id = row.split("|")
         for p in pipes:
@@ -127,10 +139,34 @@ def pairs(path, a_name, b_name, rows):
                 continue
             ma, mb = median_of(a, 0), median_of(b, 0)
             ratio = f"{mb / ma:.2f}x" if ma and mb else "n/a"
+            na, nb = median_of(a, 7), median_of(b, 7)
+            cpu_ratio = f"{nb / na:.2f}x" if na and nb else "n/a"
             print(
                 f"| {title} | {p} | {ops(a)} | {ops(b)} | {ratio} | {lat(a)} | {lat(b)} | "
-                f"{cpu(a)} | {cpu(b)} |"
+                f"{ns(a)} | {ns(b)} | {cpu_ratio} | {cpu(a)} | {cpu(b)} |"
             )
+
+
+def cpu_ratios(path, base, cols):
+    base_title, base_id = base.split("|")
+    runs = load_runs(path)
+    pipes = sorted({p for (_, p) in runs}, key=int)
+    head = ["request"]
+    for p in pipes:
+        head += [f"P{p} CPU ns/req", f"P{p} / {base_title}"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "---:|" * (len(head) - 1))
+    for col in [base] + cols:
+        title, rid = col.split("|")
+        cells = [title]
+        for p in pipes:
+            samples = runs.get((rid, p))
+            base = runs.get((base_id, p))
+            m = median_of(samples, 7) if samples else None
+            b = median_of(base, 7) if base else None
+            cells.append("n/a" if m is None else f"{m:,.0f}")
+            cells.append(f"{m / b:.2f}x" if m and b else "n/a")
+        print("| " + " | ".join(cells) + " |")
 
 
 def columns(path, cols, cpu_view):
@@ -219,6 +255,8 @@ def main():
         pairs(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
     elif len(sys.argv) >= 4 and sys.argv[1] in ("columns", "cpu-columns"):
         columns(sys.argv[2], sys.argv[3:], sys.argv[1] == "cpu-columns")
+    elif len(sys.argv) >= 4 and sys.argv[1] == "cpu-ratios":
+        cpu_ratios(sys.argv[2], sys.argv[3], sys.argv[4:])
     elif len(sys.argv) == 3 and sys.argv[1] == "rls":
         rls(sys.argv[2])
     elif len(sys.argv) == 6 and sys.argv[1] == "ratio":

@@ -133,6 +133,99 @@ async fn scripts_answer_as_redis_does() {
 }
 
 #[tokio::test]
+async fn cjson_and_caught_errors_match_redis() {
+    bounded(async {
+        let node = TestNode::start().await;
+        let redis = RealRedis::start().await;
+        let mut sb = SideBySide::connect(&node, &redis).await;
+
+        // Encoding: arrays and objects, holes, number keys, %.14g numbers, escapes, raw
+        // bytes, null and empty tables; key order is the order `next` visits them.
+        for script in [
+            "return cjson.encode({1, 2, {a = 'x/y', b = 1.5, c = cjson.null}, {}})",
+            "return cjson.encode({[1] = 1, [2.5] = 2, x = 3})",
+            "return cjson.encode({0.1, 1e20, 123456789012345, 3.14159265358979, -0.0, 2^53})",
+            "return cjson.encode('\\1\\127/\"\\\\\\n\\t\\r\\8\\12\\200')",
+            "local t = {} t[1] = 1 t[5] = 2 return cjson.encode(t)",
+            "return cjson.encode({true, false, 'ü', {{{}}}})",
+            "return cjson.encode({tokens = 10, ts = 1700000000123})",
+            "return cjson.encode(nil)",
+            "return cjson.encode(42)",
+            "return {cjson._NAME, type(cjson.null), tostring(cjson.null == cjson.null)}",
+        ] {
+            sb.same(&["EVAL", script, "0"]).await;
+        }
+        // Decoding, and what a script does with it.
+        for (script, json) in [
+            (
+                "local t = cjson.decode(ARGV[1]) return {t.a, t.b[2], tostring(t.c == cjson.null), type(t.d), t.d}",
+                r#"{"a":"s","b":[1,2.5],"c":null,"d":1e3}"#,
+            ),
+            ("return cjson.encode(cjson.decode(ARGV[1]))", r#"{"a":[],"b":{}}"#),
+            ("return cjson.encode(cjson.decode(ARGV[1]))", r#" [1, -2.5e-3, "\u00e9\ud83d\ude00\n\/", true, null] "#),
+            ("return cjson.decode(ARGV[1])[1]", "[0x10, 1E2, -0, 1.5e-3]"),
+            ("return cjson.decode(ARGV[1])", "\"just a string\""),
+            ("return type(cjson.decode(ARGV[1]))", "null"),
+            ("local t = cjson.decode(ARGV[1]) return {t.limit, t.window}", r#"{"limit": 100, "window": 60, "limit": 7}"#),
+            ("local ok, e = pcall(cjson.decode, ARGV[1]) return {tostring(ok), e}", "{"),
+        ] {
+            sb.same(&["EVAL", script, "0", json]).await;
+        }
+        // cjson's errors, with the script's line.
+        for (script, arg) in [
+            ("return cjson.decode(ARGV[1])", "{"),
+            ("return cjson.decode(ARGV[1])", "[1,2"),
+            ("return cjson.decode(ARGV[1])", r#"{"a" 1}"#),
+            ("return cjson.decode(ARGV[1])", "xyz"),
+            ("return cjson.decode(ARGV[1])", r#""a\q""#),
+            ("return cjson.decode(ARGV[1])", r#""open"#),
+            ("return cjson.decode(ARGV[1])", r#""\u12""#),
+            ("return cjson.decode(ARGV[1])", "1 2"),
+            ("return cjson.decode(ARGV[1])", "[1,]"),
+            ("return cjson.decode(ARGV[1])", "{1:2}"),
+            ("return cjson.decode(ARGV[1])", "-"),
+            ("return cjson.decode(ARGV[1])", ""),
+            ("return cjson.decode(ARGV[1])", &"[".repeat(1001)),
+            ("return cjson.encode(function() end)", ""),
+            ("return cjson.encode({[true] = 1})", ""),
+            ("local t = {} t[1] = 1 t[20] = 2 return cjson.encode(t)", ""),
+            ("return cjson.encode({1/0})", ""),
+            ("local t = {} t[1] = t return cjson.encode(t)", ""),
+            ("\n\nreturn cjson.encode(math.huge)", ""),
+            ("cjson.x = 1", ""),
+        ] {
+            sb.same_error(&["EVAL", script, "0", arg]).await;
+        }
+
+        // An error redis.call raises, caught by pcall, is the error's text; redis.pcall hands it
+        // back as an error table. Library tables are read-only, as in Redis 7.
+        sb.same(&["SET", "s", "x"]).await;
+        for script in [
+            "local ok, e = pcall(redis.call, 'INCR', KEYS[1]) return {tostring(ok), type(e), tostring(e)}",
+            "local ok, e = pcall(redis.call, 'NOSUCH') return {tostring(ok), tostring(e)}",
+            "local r = redis.pcall('INCR', KEYS[1]) return {type(r), r.err}",
+            "local ok, e = pcall(error, 'boom') return {tostring(ok), tostring(e)}",
+            "local ok, e = pcall(error, {code = 7}) return {tostring(ok), e.code}",
+            "local ok, e = pcall(function() local y = nil; return y.z end) return {tostring(ok), e}",
+        ] {
+            sb.same(&["EVAL", script, "1", "s"]).await;
+        }
+        for script in [
+            "redis.call = nil",
+            "string.upper = nil",
+            "math.x = 1",
+            "table.insert = 1",
+            "local ok, e = pcall(redis.call, 'INCR', KEYS[1]) error(e)",
+            "error({err = 'MINE custom'})",
+        ] {
+            sb.same_error(&["EVAL", script, "1", "s"]).await;
+        }
+        node.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn scripts_are_kept_to_their_keys_and_to_deterministic_bounded_work() {
     bounded(async {
         let node = TestNode::start().await;
@@ -179,6 +272,32 @@ async fn scripts_are_kept_to_their_keys_and_to_deterministic_bounded_work() {
         // A runaway script is stopped, and the node goes on serving.
         let e = err(c.cmd(&["EVAL", "while true do end", "0"]).await);
         assert!(e.contains("Script stopped"), "{e}");
+        // Catching the stop does not keep it going.
+        for script in [
+            "while true do pcall(function() while true do end end) end",
+            "while true do xpcall(function() while true do end end, function(e) return e end) end",
+            "while true do pcall(redis.call, 'GET', KEYS[1]) end",
+        ] {
+            let e = err(c.cmd(&["EVAL", script, "1", "k"]).await);
+            assert!(e.contains("Script stopped"), "{script}: {e}");
+        }
+        // Neither can a script nest past what its thread can hold.
+        let e = err(c
+            .cmd(&[
+                "EVAL",
+                "local function f(n) return f(n + 1) + 1 end return f(1)",
+                "0",
+            ])
+            .await);
+        assert!(e.contains("stack overflow"), "{e}");
+        let e = err(c
+            .cmd(&[
+                "EVAL",
+                "local t = {} for i = 1, 5000 do t = {t} end return cjson.encode(t)",
+                "0",
+            ])
+            .await);
+        assert!(e.contains("excessive nesting"), "{e}");
         // One that takes all the memory it is given, too, and the next one runs.
         let e = err(c
             .cmd(&[

@@ -37,6 +37,10 @@ use std::sync::Mutex;
 pub(crate) const MAX_INSTRUCTIONS: u64 = 200_000_000;
 /// How often, in instructions, the budget is checked.
 const HOOK_EVERY: u32 = 10_000;
+/// What one command a script calls takes from its budget, in instructions: a command costs
+/// far more than a Lua instruction, and a loop of them must not run for minutes. A script
+/// may still run 200,000 commands.
+const COMMAND_COST: u64 = 1_000;
 /// Memory one shard's interpreter may hold, for every script it runs and has compiled.
 const LUA_MEMORY: usize = 64 * 1024 * 1024;
 /// Compiled scripts one shard keeps; past it the cache starts over.
@@ -312,30 +316,149 @@ pub(crate) fn sha1_hex(body: &[u8]) -> Bytes {
 struct Engine {
     lua: Lua,
     compiled: AHashMap<Bytes, mlua::Function>,
-    /// Instructions left to the script running now, in hook intervals.
+    /// Instructions left to the script running now.
     budget: Rc<Cell<u64>>,
+    /// Set once the running script has been stopped: nothing in it may catch that.
+    stopped: Rc<Cell<bool>>,
+    /// The `redis` table behind its read-only face: `call` and `pcall` are set per script.
+    redis: mlua::Table,
+    /// The untouched `xpcall` a script is run under, and its message handler.
+    xpcall: mlua::Function,
+    handler: mlua::Function,
+    /// The script's line where its last error was raised (found by the handler).
+    error_line: Rc<Cell<Option<usize>>>,
+}
+
+/// An error raised from Rust that a script sees as Redis raises it: a plain string.
+#[derive(Debug, Clone)]
+pub(super) enum Raised {
+    /// An error reply `redis.call` raised.
+    Reply(String),
+    /// A library's error, with the caller's position as `luaL_error` writes it.
+    Lua(String),
+}
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Raised::Reply(t) | Raised::Lua(t) => f.write_str(t),
+        }
+    }
+}
+
+impl std::error::Error for Raised {}
+
+impl Raised {
+    /// A library's error raised from Rust: prefixed with the caller's position when a script
+    /// called it (not when `pcall` did), as `luaL_error` does.
+    pub(super) fn library(lua: &Lua, why: &str) -> mlua::Error {
+        let line = lua
+            .inspect_stack(1, |d| {
+                d.source()
+                    .source
+                    .is_some_and(|s| s.starts_with("@user_script"))
+                    .then(|| d.current_line())
+                    .flatten()
+            })
+            .flatten();
+        let text = match line {
+            Some(l) => format!("user_script:{l}: {why}"),
+            None => why.to_string(),
+        };
+        mlua::Error::external(Raised::Lua(text))
+    }
+
+    fn find(err: &mlua::Error) -> Option<&Raised> {
+        match err {
+            mlua::Error::CallbackError { cause, .. } => Raised::find(cause),
+            mlua::Error::ExternalError(e) => e.downcast_ref::<Raised>(),
+            _ => None,
+        }
+    }
 }
 
 thread_local! {
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
 }
 
-/// What a script sees besides its own globals: built once per interpreter.
+/// What a script sees besides its own globals, built once per interpreter. It is called with
+/// a table only it keeps, holding `stopped` and `plain`.
+///
+/// - `pcall` and `xpcall` do not catch a script being stopped, and what they catch from
+///   `redis.call` or `cjson` is the plain string Redis raises;
+/// - the libraries and the globals are read-only.
 const PRELUDE: &str = r#"
+local hidden = ...
+local error, type, rawget, rawset, setmetatable = error, type, rawget, rawset, setmetatable
+local raw_pcall, raw_xpcall = pcall, xpcall
+local stopped, plain = hidden.stopped, hidden.plain
+
+local function checked(ok, ...)
+  if ok then return ok, ... end
+  if stopped() then error((...), 0) end
+  return ok, plain((...))
+end
+pcall = function(...)
+  return checked(raw_pcall(...))
+end
+xpcall = function(f, handler)
+  return checked(raw_xpcall(f, function(e)
+    if stopped() then return e end
+    return handler(plain(e))
+  end))
+end
+
 math.random = nil
 math.randomseed = nil
 loadfile = nil
 dofile = nil
 print = nil
+
+local function readonly()
+  error("Attempt to modify a readonly table", 2)
+end
+for _, name in ipairs({"redis", "cjson", "string", "math", "table"}) do
+  local real = rawget(_G, name)
+  rawset(_G, name, setmetatable({}, { __index = real, __newindex = readonly, __metatable = false }))
+end
 setmetatable(_G, {
-  __newindex = function()
-    error("Attempt to modify a readonly table", 2)
-  end,
+  __newindex = readonly,
   __index = function(_, name)
     error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
   end,
 })
 "#;
+
+/// Takes `cost` instructions from the running script's budget, or stops the script (for good:
+/// `stopped` keeps `pcall` from catching it).
+fn spend(left: &Cell<u64>, stopped: &Cell<bool>, cost: u64) -> mlua::Result<()> {
+    match left.get().checked_sub(cost) {
+        Some(n) => {
+            left.set(n);
+            Ok(())
+        }
+        None => {
+            stopped.set(true);
+            Err(mlua::Error::RuntimeError(format!(
+                "Script stopped: it ran past {MAX_INSTRUCTIONS} instructions"
+            )))
+        }
+    }
+}
+
+/// The line of the script frame nearest the top of the stack, if any.
+fn script_line(lua: &Lua) -> Option<usize> {
+    (1..64).find_map(|level| {
+        lua.inspect_stack(level, |d| {
+            d.source()
+                .source
+                .is_some_and(|s| s.starts_with("@user_script"))
+                .then(|| d.current_line())
+                .flatten()
+        })
+        .flatten()
+    })
+}
 
 impl Engine {
     fn new() -> mlua::Result<Engine> {
@@ -378,19 +501,40 @@ impl Engine {
             redis.set(name, level)?;
         }
         lua.globals().set("redis", redis)?;
-        lua.load(PRELUDE).set_name("=prelude").exec()?;
+        lua.globals().set("cjson", super::cjson::module(&lua)?)?;
+        let xpcall: mlua::Function = lua.globals().get("xpcall")?;
+        let stopped = Rc::new(Cell::new(false));
+        let hidden = lua.create_table()?;
+        let flag = stopped.clone();
+        hidden.set("stopped", lua.create_function(move |_, ()| Ok(flag.get()))?)?;
+        hidden.set(
+            "plain",
+            lua.create_function(|lua, e: Value| {
+                Ok(match &e {
+                    Value::Error(err) => match Raised::find(err) {
+                        Some(r) => Value::String(lua.create_string(r.to_string())?),
+                        None => e,
+                    },
+                    _ => e,
+                })
+            })?,
+        )?;
+        let redis: mlua::Table = lua.globals().get("redis")?;
+        lua.load(PRELUDE)
+            .set_name("=prelude")
+            .call::<()>(hidden.clone())?;
+        let error_line = Rc::new(Cell::new(None));
+        let line = error_line.clone();
+        let handler = lua.create_function(move |lua, e: Value| {
+            line.set(script_line(lua));
+            Ok(e)
+        })?;
         let budget = Rc::new(Cell::new(0u64));
-        let left = budget.clone();
+        let (left, flag) = (budget.clone(), stopped.clone());
         lua.set_hook(
             mlua::HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
-                let n = left.get();
-                if n == 0 {
-                    return Err(mlua::Error::RuntimeError(format!(
-                        "Script stopped: it ran past {MAX_INSTRUCTIONS} instructions"
-                    )));
-                }
-                left.set(n - 1);
+                spend(&left, &flag, u64::from(HOOK_EVERY))?;
                 Ok(mlua::VmState::Continue)
             },
         )?;
@@ -398,6 +542,11 @@ impl Engine {
             lua,
             compiled: AHashMap::new(),
             budget,
+            stopped,
+            redis,
+            xpcall,
+            handler,
+            error_line,
         })
     }
 
@@ -464,14 +613,20 @@ fn lua_message(e: &mlua::Error) -> String {
 pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats) -> Reply {
     let result = with_engine(|engine| {
         let f = engine.function(&e.sha, &e.body)?;
-        engine.budget.set(MAX_INSTRUCTIONS / u64::from(HOOK_EVERY));
+        engine.budget.set(MAX_INSTRUCTIONS);
+        engine.stopped.set(false);
+        engine.error_line.set(None);
         let lua = &engine.lua;
         let store = RefCell::new(&mut *store);
         let stats = RefCell::new(&mut *stats);
         let out = lua.scope(|scope| {
+            // redis.call raises an error reply (as its plain text); redis.pcall hands it back
+            // as an error table.
+            let (budget, stopped) = (&*engine.budget, &*engine.stopped);
             let call = |raise: bool| {
                 let (store, stats) = (&store, &stats);
                 move |lua: &Lua, args: mlua::MultiValue| -> mlua::Result<Value> {
+                    spend(budget, stopped, COMMAND_COST)?;
                     let reply = match command_args(&args) {
                         Err(why) => Reply::Error(why.into()),
                         Ok(args) => {
@@ -482,19 +637,18 @@ pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
                     };
                     match reply {
                         Reply::Error(msg) if raise => {
-                            let line = lua
-                                .inspect_stack(1, |d| d.current_line())
-                                .flatten()
-                                .unwrap_or(0);
-                            Err(mlua::Error::external(RaisedReply(msg.into_owned(), line)))
+                            Err(mlua::Error::external(Raised::Reply(msg.into_owned())))
                         }
                         r => reply_to_lua(lua, &r),
                     }
                 }
             };
-            let redis: mlua::Table = lua.globals().raw_get("redis")?;
-            redis.raw_set("call", scope.create_function(call(true))?)?;
-            redis.raw_set("pcall", scope.create_function(call(false))?)?;
+            engine
+                .redis
+                .raw_set("call", scope.create_function(call(true))?)?;
+            engine
+                .redis
+                .raw_set("pcall", scope.create_function(call(false))?)?;
             lua.globals().raw_set(
                 "KEYS",
                 lua.create_sequence_from(
@@ -513,17 +667,19 @@ pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
                         .collect::<mlua::Result<Vec<_>>>()?,
                 )?,
             )?;
-            f.call::<Value>(())
+            engine
+                .xpcall
+                .call::<(bool, Value)>((f, engine.handler.clone()))
         });
-        match out {
-            Ok(v) => Ok(lua_to_reply(&v, 0)),
-            Err(err) => {
-                // A script stopped part-way may leave a lot behind (one that ran out of
-                // memory, everything): collect it now, not when the next script needs room.
-                let _ = lua.gc_collect();
-                Err(script_error(&err, &e.sha))
-            }
-        }
+        let failure = match out {
+            Ok((true, v)) => return Ok(lua_to_reply(&v, 0)),
+            Ok((false, v)) => failure(&v, engine.error_line.get(), &e.sha),
+            Err(err) => script_error(&err, &e.sha),
+        };
+        // A script stopped part-way may leave a lot behind (one that ran out of memory,
+        // everything): collect it now, not when the next script needs room.
+        let _ = lua.gc_collect();
+        Err(failure)
     });
     match result {
         Ok(r) => r,
@@ -531,26 +687,60 @@ pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
     }
 }
 
-/// An error reply that `redis.call` raised, and the script's line: the script fails with it.
-#[derive(Debug)]
-struct RaisedReply(String, usize);
-
-impl std::fmt::Display for RaisedReply {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "user_script:{}: {}", self.1, self.0)
+/// The error reply of a script that failed with the error value `v`, raised at `line`.
+fn failure(v: &Value, line: Option<usize>, sha: &Bytes) -> String {
+    let at = |line: Option<usize>| match line {
+        Some(l) => format!(
+            "script: {}, on @user_script:{l}.",
+            String::from_utf8_lossy(sha)
+        ),
+        None => format!("script: {}, on @user_script.", String::from_utf8_lossy(sha)),
+    };
+    let text = match v {
+        Value::Error(err) => match Raised::find(err) {
+            // An error reply raised by redis.call goes back as it was.
+            Some(Raised::Reply(reply)) => return format!("{reply} {}", at(line)),
+            Some(Raised::Lua(text)) => text.clone(),
+            None => return script_error(err, sha),
+        },
+        Value::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+        _ => String::new(),
+    };
+    match v {
+        Value::Error(_) | Value::String(_) => {
+            let text = text.lines().next().unwrap_or("").to_string();
+            let line = line.or_else(|| {
+                text.strip_prefix("user_script:")
+                    .and_then(|t| t.split_once(':'))
+                    .and_then(|(n, _)| n.parse::<usize>().ok())
+            });
+            let text = text.strip_prefix("ERR ").unwrap_or(&text);
+            format!("ERR {text} {}", at(line))
+        }
+        Value::Table(t) => match t.raw_get::<Value>("err") {
+            Ok(Value::String(e)) => {
+                format!("{} {}", String::from_utf8_lossy(&e.as_bytes()), at(line))
+            }
+            _ => format!(
+                "ERR the script raised a table with no 'err' field {}",
+                at(line)
+            ),
+        },
+        Value::Number(n) => format!("ERR {} {}", format_g(*n, 14), at(line)),
+        Value::Integer(n) => format!("ERR {n} {}", at(line)),
+        Value::Nil => format!("ERR nil {}", at(line)),
+        other => format!(
+            "ERR the script raised a {} value {}",
+            other.type_name(),
+            at(line)
+        ),
     }
 }
 
-impl std::error::Error for RaisedReply {}
-
-/// The error reply of a script that failed, in Redis 7's words: the error, then which
-/// script and line.
+/// The error reply of a script that failed in Rust or outside its own code, in Redis 7's words:
+/// the error, then which script and line.
 fn script_error(err: &mlua::Error, sha: &Bytes) -> String {
     let sha = String::from_utf8_lossy(sha);
-    // An error reply raised by redis.call goes back as it was.
-    if let Some(RaisedReply(reply, line)) = find_raised(err) {
-        return format!("{reply} script: {sha}, on @user_script:{line}.");
-    }
     let text = lua_message(err);
     let text = text.lines().next().unwrap_or("").to_string();
     let line = text
@@ -561,16 +751,6 @@ fn script_error(err: &mlua::Error, sha: &Bytes) -> String {
     match line {
         Some(line) => format!("ERR {text} script: {sha}, on @user_script:{line}."),
         None => format!("ERR {text} script: {sha}, on @user_script."),
-    }
-}
-
-fn find_raised(err: &mlua::Error) -> Option<RaisedReply> {
-    match err {
-        mlua::Error::CallbackError { cause, .. } => find_raised(cause),
-        mlua::Error::ExternalError(e) => e
-            .downcast_ref::<RaisedReply>()
-            .map(|r| RaisedReply(r.0.clone(), r.1)),
-        _ => None,
     }
 }
 
@@ -591,6 +771,12 @@ fn command_args(args: &mlua::MultiValue) -> Result<Vec<Bytes>, String> {
 
 /// A number as Redis passes it to a command from a script: C's `%.17g`.
 fn lua_number(n: f64) -> String {
+    format_g(n, 17)
+}
+
+/// A number as C's `%.<precision>g` writes it (precision from 1 to 17).
+pub(super) fn format_g(n: f64, precision: usize) -> String {
+    let precision = precision.clamp(1, 17);
     if n.is_nan() {
         return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
     }
@@ -602,7 +788,7 @@ fn lua_number(n: f64) -> String {
     }
     // Seventeen significant digits, rounded once; the exponent is the rounded one, as `%g`
     // decides between its two forms.
-    let sci = format!("{n:.16e}");
+    let sci = format!("{n:.*e}", precision - 1);
     let Some((mant, exp)) = sci.split_once('e') else {
         return sci;
     };
@@ -614,11 +800,11 @@ fn lua_number(n: f64) -> String {
             t.to_string()
         }
     };
-    if !(-4..17).contains(&exp) {
+    if exp < -4 || exp >= precision as i32 {
         let sign = if exp < 0 { '-' } else { '+' };
         return format!("{}e{sign}{:02}", trim(mant), exp.abs());
     }
-    let decimals = usize::try_from(16 - exp).unwrap_or(0);
+    let decimals = usize::try_from(precision as i32 - 1 - exp).unwrap_or(0);
     trim(&format!("{n:.decimals$}"))
 }
 

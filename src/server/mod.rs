@@ -40,6 +40,10 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// Stack of a shard thread: scripts nest (cjson reads and writes tables 1000 deep, as Redis
+/// allows) on the thread that owns the keys. Only the pages touched are ever resident.
+const SHARD_STACK_BYTES: usize = 16 * 1024 * 1024;
+
 /// A running node; `shutdown` stops it and waits for it. Dropping it drops the shutdown
 /// trigger, which stops the node's tasks and connections but not its shard threads.
 pub struct NodeHandle {
@@ -193,6 +197,7 @@ pub async fn start(
         runtimes.push(rt.handle().clone());
         let t = std::thread::Builder::new()
             .name(format!("shard-{id}"))
+            .stack_size(SHARD_STACK_BYTES)
             .spawn(move || {
                 let stats = node.shards[id].stats.clone();
                 crate::protocol::reply::count_errors_in(stats.errors.clone());
