@@ -320,13 +320,32 @@ struct Engine {
     budget: Rc<Cell<u64>>,
     /// Set once the running script has been stopped: nothing in it may catch that.
     stopped: Rc<Cell<bool>>,
-    /// The `redis` table behind its read-only face: `call` and `pcall` are set per script.
-    redis: mlua::Table,
     /// The untouched `xpcall` a script is run under, and its message handler.
     xpcall: mlua::Function,
     handler: mlua::Function,
     /// The script's line where its last error was raised (found by the handler).
     error_line: Rc<Cell<Option<usize>>>,
+    /// What `redis.call` works on while a script runs.
+    running: Rc<Cell<Option<Running>>>,
+}
+
+/// What `redis.call` and `redis.pcall` reach while a script runs: set by `eval` for that run
+/// only (see `RunningGuard`). They are created once per interpreter, not once per script.
+#[derive(Clone, Copy)]
+struct Running {
+    store: *mut Store,
+    stats: *mut ExecStats,
+    eval: *const Eval,
+    now: u64,
+}
+
+/// Clears `Engine::running` when the script's run ends, however it ends.
+struct RunningGuard<'a>(&'a Cell<Option<Running>>);
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
 }
 
 /// An error raised from Rust that a script sees as Redis raises it: a plain string.
@@ -500,10 +519,43 @@ impl Engine {
         ] {
             redis.set(name, level)?;
         }
+        let budget = Rc::new(Cell::new(0u64));
+        let stopped = Rc::new(Cell::new(false));
+        let running: Rc<Cell<Option<Running>>> = Rc::new(Cell::new(None));
+        // redis.call raises an error reply (as its plain text); redis.pcall hands it back as
+        // an error table.
+        for (name, raise) in [("call", true), ("pcall", false)] {
+            let (budget, stopped, running) = (budget.clone(), stopped.clone(), running.clone());
+            let f = lua.create_function(move |lua, args: mlua::MultiValue| {
+                spend(&budget, &stopped, COMMAND_COST)?;
+                let Some(r) = running.get() else {
+                    return Err(mlua::Error::RuntimeError(
+                        "ERR redis.call works only while a script runs".into(),
+                    ));
+                };
+                let reply = match command_request(&args) {
+                    Err(why) => Reply::Error(why.into()),
+                    // SAFETY: `running` holds these pointers only while `eval` runs a script
+                    // (a `RunningGuard` clears them), and `eval` holds the exclusive borrows
+                    // they come from without using them meanwhile. The interpreter is this
+                    // thread's alone, and a script cannot run another one (EVAL from a
+                    // script is refused), so these are the only references while they live.
+                    Ok(req) => unsafe {
+                        call_command(&mut *r.store, &mut *r.stats, &*r.eval, req, r.now)
+                    },
+                };
+                match reply {
+                    Reply::Error(msg) if raise => {
+                        Err(mlua::Error::external(Raised::Reply(msg.into_owned())))
+                    }
+                    r => reply_to_lua(lua, &r),
+                }
+            })?;
+            redis.set(name, f)?;
+        }
         lua.globals().set("redis", redis)?;
         lua.globals().set("cjson", super::cjson::module(&lua)?)?;
         let xpcall: mlua::Function = lua.globals().get("xpcall")?;
-        let stopped = Rc::new(Cell::new(false));
         let hidden = lua.create_table()?;
         let flag = stopped.clone();
         hidden.set("stopped", lua.create_function(move |_, ()| Ok(flag.get()))?)?;
@@ -519,7 +571,7 @@ impl Engine {
                 })
             })?,
         )?;
-        let redis: mlua::Table = lua.globals().get("redis")?;
+
         lua.load(PRELUDE)
             .set_name("=prelude")
             .call::<()>(hidden.clone())?;
@@ -529,7 +581,6 @@ impl Engine {
             line.set(script_line(lua));
             Ok(e)
         })?;
-        let budget = Rc::new(Cell::new(0u64));
         let (left, flag) = (budget.clone(), stopped.clone());
         lua.set_hook(
             mlua::HookTriggers::new().every_nth_instruction(HOOK_EVERY),
@@ -543,10 +594,10 @@ impl Engine {
             compiled: AHashMap::new(),
             budget,
             stopped,
-            redis,
             xpcall,
             handler,
             error_line,
+            running,
         })
     }
 
@@ -617,60 +668,28 @@ pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
         engine.stopped.set(false);
         engine.error_line.set(None);
         let lua = &engine.lua;
-        let store = RefCell::new(&mut *store);
-        let stats = RefCell::new(&mut *stats);
-        let out = lua.scope(|scope| {
-            // redis.call raises an error reply (as its plain text); redis.pcall hands it back
-            // as an error table.
-            let (budget, stopped) = (&*engine.budget, &*engine.stopped);
-            let call = |raise: bool| {
-                let (store, stats) = (&store, &stats);
-                move |lua: &Lua, args: mlua::MultiValue| -> mlua::Result<Value> {
-                    spend(budget, stopped, COMMAND_COST)?;
-                    let reply = match command_args(&args) {
-                        Err(why) => Reply::Error(why.into()),
-                        Ok(args) => {
-                            let mut st = store.borrow_mut();
-                            let mut stx = stats.borrow_mut();
-                            call_command(&mut st, &mut stx, e, args, now)
-                        }
-                    };
-                    match reply {
-                        Reply::Error(msg) if raise => {
-                            Err(mlua::Error::external(Raised::Reply(msg.into_owned())))
-                        }
-                        r => reply_to_lua(lua, &r),
-                    }
-                }
-            };
-            engine
-                .redis
-                .raw_set("call", scope.create_function(call(true))?)?;
-            engine
-                .redis
-                .raw_set("pcall", scope.create_function(call(false))?)?;
-            lua.globals().raw_set(
-                "KEYS",
-                lua.create_sequence_from(
-                    e.keys
-                        .iter()
-                        .map(|k| lua.create_string(k))
-                        .collect::<mlua::Result<Vec<_>>>()?,
-                )?,
-            )?;
-            lua.globals().raw_set(
-                "ARGV",
-                lua.create_sequence_from(
-                    e.args
-                        .iter()
-                        .map(|k| lua.create_string(k))
-                        .collect::<mlua::Result<Vec<_>>>()?,
-                )?,
-            )?;
+        engine.running.set(Some(Running {
+            store,
+            stats,
+            eval: e,
+            now,
+        }));
+        let guard = RunningGuard(&engine.running);
+        // SAFETY: the closure only pushes onto the stack it is given (checked for room first)
+        // and pops what it pushed; exec_raw runs it protected, so a memory error is a Lua error
+        // returned as an Err.
+        let set = unsafe {
+            lua.exec_raw::<()>((), |state| {
+                set_global_list(state, c"KEYS", &e.keys);
+                set_global_list(state, c"ARGV", &e.args);
+            })
+        };
+        let out = set.and_then(|()| {
             engine
                 .xpcall
                 .call::<(bool, Value)>((f, engine.handler.clone()))
         });
+        drop(guard);
         let failure = match out {
             Ok((true, v)) => return Ok(lua_to_reply(&v, 0)),
             Ok((false, v)) => failure(&v, engine.error_line.get(), &e.sha),
@@ -754,58 +773,89 @@ fn script_error(err: &mlua::Error, sha: &Bytes) -> String {
     }
 }
 
-/// `redis.call`'s arguments as a command: strings as they are, numbers as Lua prints them.
-fn command_args(args: &mlua::MultiValue) -> Result<Vec<Bytes>, String> {
+/// Sets the global `name` (raw: the globals are read-only to scripts) to a new array of
+/// `items`.
+///
+/// # Safety
+/// `state` must be a live Lua state, in a protected call (a memory error raises).
+unsafe fn set_global_list(state: *mut mlua::lua_State, name: &std::ffi::CStr, items: &[Bytes]) {
+    use mlua::ffi;
+    // SAFETY: the caller's contract; three slots are used at most (name, table, item).
+    unsafe {
+        ffi::luaL_checkstack(state, 3, std::ptr::null());
+        ffi::lua_pushstring(state, name.as_ptr());
+        ffi::lua_createtable(state, c_int(items.len()), 0);
+        for (i, item) in items.iter().enumerate() {
+            ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+            ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+        }
+        ffi::lua_rawset(state, ffi::LUA_GLOBALSINDEX);
+    }
+}
+
+fn c_int(n: usize) -> std::ffi::c_int {
+    std::ffi::c_int::try_from(n).unwrap_or(std::ffi::c_int::MAX)
+}
+
+/// `redis.call`'s arguments as a command: strings as they are, numbers as Redis formats them
+/// (`%.17g`), all in one frame.
+fn command_request(args: &mlua::MultiValue) -> Result<Request, String> {
     if args.is_empty() {
         return Err("ERR Please specify at least one argument for this redis lib call".into());
     }
-    args.iter()
-        .map(|v| match v {
-            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(i) => Ok(Bytes::from(lua_number(*i as f64))),
-            Value::Number(n) => Ok(Bytes::from(lua_number(*n))),
-            _ => Err("ERR Lua redis lib command arguments must be strings or integers".to_string()),
-        })
-        .collect()
-}
-
-/// A number as Redis passes it to a command from a script: C's `%.17g`.
-fn lua_number(n: f64) -> String {
-    format_g(n, 17)
+    let mut frame = Vec::with_capacity(64);
+    let mut spans = Vec::with_capacity(args.len());
+    for v in args.iter() {
+        let start = frame.len();
+        match v {
+            Value::String(s) => frame.extend_from_slice(&s.as_bytes()),
+            Value::Integer(i) => write_g(&mut frame, *i as f64, 17),
+            Value::Number(n) => write_g(&mut frame, *n, 17),
+            _ => {
+                return Err(
+                    "ERR Lua redis lib command arguments must be strings or integers".to_string(),
+                );
+            }
+        }
+        spans.push((start, frame.len()));
+    }
+    Ok(Request::from_frame(frame, &spans))
 }
 
 /// A number as C's `%.<precision>g` writes it (precision from 1 to 17).
 pub(super) fn format_g(n: f64, precision: usize) -> String {
-    let precision = precision.clamp(1, 17);
-    if n.is_nan() {
-        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
+    let mut out = Vec::with_capacity(24);
+    write_g(&mut out, n, precision);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Appends `n` as C's `%.<precision>g` (precision from 1 to 17): the C library's own
+/// formatting, the one Redis uses.
+fn write_g(out: &mut Vec<u8>, n: f64, precision: usize) {
+    // A whole number that `%.<precision>g` writes in full is its integer digits: most numbers
+    // scripts pass (timestamps, counts, milliseconds) take this way.
+    if n.fract() == 0.0 && n.abs() < 10f64.powi(precision.clamp(1, 15) as i32) && n != 0.0 {
+        use std::io::Write;
+        let _ = write!(out, "{}", n as i64);
+        return;
     }
-    if n.is_infinite() {
-        return if n < 0.0 { "-inf" } else { "inf" }.into();
-    }
-    if n == 0.0 {
-        return if n.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    // Seventeen significant digits, rounded once; the exponent is the rounded one, as `%g`
-    // decides between its two forms.
-    let sci = format!("{n:.*e}", precision - 1);
-    let Some((mant, exp)) = sci.split_once('e') else {
-        return sci;
+    let precision = std::ffi::c_int::try_from(precision.clamp(1, 17)).unwrap_or(17);
+    let mut buf = [0u8; 40];
+    // SAFETY: the format string is NUL-terminated and takes exactly an int and a double, as
+    // passed; snprintf writes at most `buf.len()` bytes, its NUL included. `%.17g` of any
+    // double is at most 24 characters.
+    let len = unsafe {
+        libc::snprintf(
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            c"%.*g".as_ptr(),
+            precision,
+            n,
+        )
     };
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let trim = |t: &str| -> String {
-        if t.contains('.') {
-            t.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            t.to_string()
-        }
-    };
-    if exp < -4 || exp >= precision as i32 {
-        let sign = if exp < 0 { '-' } else { '+' };
-        return format!("{}e{sign}{:02}", trim(mant), exp.abs());
+    if let Ok(len) = usize::try_from(len) {
+        out.extend_from_slice(&buf[..len.min(buf.len() - 1)]);
     }
-    let decimals = usize::try_from(precision as i32 - 1 - exp).unwrap_or(0);
-    trim(&format!("{n:.decimals$}"))
 }
 
 /// Runs one command for a script, on the script's own keys only.
@@ -813,10 +863,10 @@ fn call_command(
     store: &mut Store,
     stats: &mut ExecStats,
     e: &Eval,
-    args: Vec<Bytes>,
+    req: Request,
     now: u64,
 ) -> Reply {
-    let Some(spec) = lookup(&args[0]) else {
+    let Some(spec) = lookup(req.name()) else {
         return Reply::err("ERR Unknown Redis command called from script");
     };
     if spec.name == "time" {
@@ -829,7 +879,7 @@ fn call_command(
     if e.read_only && spec.props.contains(Flags::WRITE) {
         return Reply::err("ERR Write commands are not allowed from read-only scripts.");
     }
-    let cmd = match super::parse(Request::from_args(&args), &RuleSet::default()) {
+    let cmd = match super::parse(req, &RuleSet::default()) {
         Err(err) => return Reply::Error(err.message().into()),
         Ok(Parsed::Keyed { route, cmd }) => {
             if matches!(cmd, KeyCmd::Eval(_)) {
@@ -866,64 +916,87 @@ fn undeclared() -> Reply {
 /// A command's reply as Lua sees it: Redis's conversion rules, read off the RESP2 encoding so
 /// every reply shape converts the same way.
 fn reply_to_lua(lua: &Lua, r: &Reply) -> mlua::Result<Value> {
-    let mut buf = Vec::new();
+    // The replies that need nothing from the interpreter's heap.
+    match r {
+        Reply::Int(i) => return Ok(Value::Number(*i as f64)),
+        Reply::Nil => return Ok(Value::Boolean(false)),
+        _ => {}
+    }
+    let mut buf = Vec::with_capacity(64);
     encode(&mut ReplyWriter::new(&mut buf, false), r);
-    let mut at = 0;
-    resp_to_lua(lua, &buf, &mut at)
+    // SAFETY: the closure pushes exactly one value onto the stack it is given (see
+    // `push_resp`); exec_raw runs it protected, so a memory error is returned as an Err.
+    unsafe {
+        lua.exec_raw::<Value>((), |state| {
+            let mut at = 0;
+            let base = mlua::ffi::lua_gettop(state);
+            if push_resp(state, &buf, &mut at, 0).is_none() {
+                mlua::ffi::lua_settop(state, base);
+                mlua::ffi::lua_pushboolean(state, 0);
+            }
+        })
+    }
 }
 
-fn resp_to_lua(lua: &Lua, b: &[u8], at: &mut usize) -> mlua::Result<Value> {
-    let bad = || mlua::Error::RuntimeError("ERR internal error: an unreadable reply".into());
-    let tag = *b.get(*at).ok_or_else(bad)?;
+/// Pushes the RESP2 value at `b[*at..]` as Lua sees it: a status as `{ok=...}`, an error as
+/// `{err=...}`, an integer as a number, a bulk string as a string, nil as false, an array as
+/// a table. None (with whatever it pushed left for the caller to drop) on a malformed reply.
+///
+/// # Safety
+/// `state` must be a live Lua state, in a protected call.
+unsafe fn push_resp(
+    state: *mut mlua::lua_State,
+    b: &[u8],
+    at: &mut usize,
+    depth: usize,
+) -> Option<()> {
+    use mlua::ffi;
+    let tag = *b.get(*at)?;
     let start = *at + 1;
-    let end = b[start..]
-        .windows(2)
-        .position(|w| w == b"\r\n")
-        .map(|p| start + p)
-        .ok_or_else(bad)?;
+    let end = start + b.get(start..)?.windows(2).position(|w| w == b"\r\n")?;
     let line = &b[start..end];
     *at = end + 2;
-    let int = || -> mlua::Result<i64> {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(bad)
-    };
-    match tag {
-        b'+' => {
-            let t = lua.create_table()?;
-            t.set("ok", lua.create_string(line)?)?;
-            Ok(Value::Table(t))
-        }
-        b'-' => {
-            let t = lua.create_table()?;
-            t.set("err", lua.create_string(line)?)?;
-            Ok(Value::Table(t))
-        }
-        b':' => Ok(Value::Integer(int()?)),
-        b'$' => {
-            let n = int()?;
-            if n < 0 {
-                return Ok(Value::Boolean(false));
+    let int = || -> Option<i64> { std::str::from_utf8(line).ok()?.parse().ok() };
+    // SAFETY: the caller's contract; each level uses at most three slots, checked first.
+    unsafe {
+        ffi::luaL_checkstack(state, 3, std::ptr::null());
+        match tag {
+            b'+' | b'-' => {
+                ffi::lua_createtable(state, 0, 1);
+                ffi::lua_pushlstring(state, line.as_ptr().cast(), line.len());
+                let field = if tag == b'+' { c"ok" } else { c"err" };
+                ffi::lua_setfield(state, -2, field.as_ptr());
             }
-            let n = usize::try_from(n).map_err(|_| bad())?;
-            let data = b.get(*at..*at + n).ok_or_else(bad)?;
-            *at += n + 2;
-            Ok(Value::String(lua.create_string(data)?))
-        }
-        b'*' => {
-            let n = int()?;
-            if n < 0 {
-                return Ok(Value::Boolean(false));
+            b':' => ffi::lua_pushnumber(state, int()? as f64),
+            b'$' => {
+                let n = int()?;
+                if n < 0 {
+                    ffi::lua_pushboolean(state, 0);
+                } else {
+                    let n = usize::try_from(n).ok()?;
+                    let data = b.get(*at..*at + n)?;
+                    *at += n + 2;
+                    ffi::lua_pushlstring(state, data.as_ptr().cast(), data.len());
+                }
             }
-            let t = lua.create_table()?;
-            for i in 1..=n {
-                t.raw_set(i, resp_to_lua(lua, b, at)?)?;
+            b'*' => {
+                let n = int()?;
+                if n < 0 {
+                    ffi::lua_pushboolean(state, 0);
+                } else if depth >= 64 {
+                    return None;
+                } else {
+                    ffi::lua_createtable(state, c_int(usize::try_from(n).ok()?), 0);
+                    for i in 1..=n {
+                        push_resp(state, b, at, depth + 1)?;
+                        ffi::lua_rawseti(state, -2, i as ffi::lua_Integer);
+                    }
+                }
             }
-            Ok(Value::Table(t))
+            _ => return None,
         }
-        _ => Err(bad()),
     }
+    Some(())
 }
 
 /// A script's return value as a reply: Redis's conversion rules (numbers truncated to
@@ -958,7 +1031,7 @@ fn lua_to_reply(v: &Value, depth: usize) -> Reply {
 
 #[cfg(test)]
 mod tests {
-    use super::lua_number;
+    use super::format_g;
 
     #[test]
     fn numbers_go_to_commands_as_redis_formats_them() {
@@ -976,7 +1049,14 @@ mod tests {
             (42.0, "42"),
             (-7.25, "-7.25"),
         ] {
-            assert_eq!(lua_number(n), text, "{n}");
+            assert_eq!(format_g(n, 17), text, "{n}");
+        }
+        for (n, text) in [
+            (1e20, "1e+20"),
+            (123456789012345.0, "1.2345678901234e+14"),
+            (0.1, "0.1"),
+        ] {
+            assert_eq!(format_g(n, 14), text, "{n}");
         }
     }
 }

@@ -107,6 +107,11 @@ impl Request {
         self.len += 1;
     }
 
+    /// A request over `frame`, its arguments at `spans`.
+    pub(crate) fn from_frame(frame: Vec<u8>, spans: &[(usize, usize)]) -> Request {
+        Request::new(Bytes::from(frame), spans)
+    }
+
     /// A request built from separate arguments (tests, tools).
     pub fn from_args<A: AsRef<[u8]>>(args: &[A]) -> Request {
         let mut frame = Vec::new();
