@@ -316,17 +316,40 @@ pub(crate) fn sha1_hex(body: &[u8]) -> Bytes {
 struct Engine {
     lua: Lua,
     compiled: AHashMap<Bytes, mlua::Function>,
-    /// Instructions left to the script running now.
-    budget: Rc<Cell<u64>>,
-    /// Set once the running script has been stopped: nothing in it may catch that.
-    stopped: Rc<Cell<bool>>,
-    /// The untouched `xpcall` a script is run under, and its message handler.
-    xpcall: mlua::Function,
+    /// The message handler a script runs under.
     handler: mlua::Function,
     /// The script's line where its last error was raised (found by the handler).
     error_line: Rc<Cell<Option<usize>>>,
-    /// What `redis.call` works on while a script runs.
-    running: Rc<Cell<Option<Running>>>,
+}
+
+/// What `redis.call` and `redis.pcall` need while a script runs. They are C functions (a
+/// command from a script then costs about what it costs Redis), so this is kept by the thread
+/// rather than by them.
+struct CallState {
+    /// Instructions left to the script running now.
+    budget: Cell<u64>,
+    /// Set once the running script has been stopped: nothing in it may catch that.
+    stopped: Cell<bool>,
+    /// What the commands work on.
+    running: Cell<Option<Running>>,
+    /// The reply, or the error's text, that a call is handing to Lua. It lives here rather
+    /// than on the call's own frame because a Lua error while it is pushed (out of memory)
+    /// leaves that frame by longjmp, past any destructor.
+    out: std::cell::UnsafeCell<Vec<u8>>,
+    /// The error reply `redis.call` raised last: a script failing with it answers with it.
+    raised: RefCell<Option<String>>,
+}
+
+thread_local! {
+    static CALLS: CallState = const {
+        CallState {
+            budget: Cell::new(0),
+            stopped: Cell::new(false),
+            running: Cell::new(None),
+            out: std::cell::UnsafeCell::new(Vec::new()),
+            raised: RefCell::new(None),
+        }
+    };
 }
 
 /// What `redis.call` and `redis.pcall` reach while a script runs: set by `eval` for that run
@@ -339,29 +362,23 @@ struct Running {
     now: u64,
 }
 
-/// Clears `Engine::running` when the script's run ends, however it ends.
-struct RunningGuard<'a>(&'a Cell<Option<Running>>);
+/// Clears `CallState::running` when the script's run ends, however it ends.
+struct RunningGuard;
 
-impl Drop for RunningGuard<'_> {
+impl Drop for RunningGuard {
     fn drop(&mut self) {
-        self.0.set(None);
+        CALLS.with(|c| c.running.set(None));
     }
 }
 
-/// An error raised from Rust that a script sees as Redis raises it: a plain string.
+/// A library's error raised from Rust (cjson's), which a script sees as Redis raises it: a
+/// plain string, with the caller's position as `luaL_error` writes it.
 #[derive(Debug, Clone)]
-pub(super) enum Raised {
-    /// An error reply `redis.call` raised.
-    Reply(String),
-    /// A library's error, with the caller's position as `luaL_error` writes it.
-    Lua(String),
-}
+pub(super) struct Raised(String);
 
 impl std::fmt::Display for Raised {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Raised::Reply(t) | Raised::Lua(t) => f.write_str(t),
-        }
+        f.write_str(&self.0)
     }
 }
 
@@ -384,7 +401,7 @@ impl Raised {
             Some(l) => format!("user_script:{l}: {why}"),
             None => why.to_string(),
         };
-        mlua::Error::external(Raised::Lua(text))
+        mlua::Error::external(Raised(text))
     }
 
     fn find(err: &mlua::Error) -> Option<&Raised> {
@@ -429,6 +446,7 @@ end
 
 math.random = nil
 math.randomseed = nil
+newproxy = nil
 loadfile = nil
 dofile = nil
 print = nil
@@ -448,20 +466,182 @@ setmetatable(_G, {
 })
 "#;
 
-/// Takes `cost` instructions from the running script's budget, or stops the script (for good:
-/// `stopped` keeps `pcall` from catching it).
-fn spend(left: &Cell<u64>, stopped: &Cell<bool>, cost: u64) -> mlua::Result<()> {
-    match left.get().checked_sub(cost) {
+/// Takes `cost` instructions from the running script's budget; false when it has run out, and
+/// the script is stopped (for good: `stopped` keeps `pcall` from catching it).
+fn spend(c: &CallState, cost: u64) -> bool {
+    match c.budget.get().checked_sub(cost) {
         Some(n) => {
-            left.set(n);
-            Ok(())
+            c.budget.set(n);
+            true
         }
         None => {
-            stopped.set(true);
-            Err(mlua::Error::RuntimeError(format!(
-                "Script stopped: it ran past {MAX_INSTRUCTIONS} instructions"
-            )))
+            c.stopped.set(true);
+            false
         }
+    }
+}
+
+fn stop_message() -> String {
+    format!("Script stopped: it ran past {MAX_INSTRUCTIONS} instructions")
+}
+
+/// What the Rust part of a call left in `CallState::out`.
+#[derive(Clone, Copy)]
+enum Outcome {
+    /// A reply, in RESP2.
+    Reply,
+    /// An error reply's text.
+    Error,
+    /// The script's budget ran out: the text says so.
+    Stop,
+}
+
+/// `redis.call`: raises an error reply, as its plain text.
+unsafe extern "C-unwind" fn redis_call(state: *mut mlua::lua_State) -> std::ffi::c_int {
+    // SAFETY: Lua calls this as a C function, with its live state.
+    unsafe { raw_call(state, true) }
+}
+
+/// `redis.pcall`: hands an error reply back as an error table.
+unsafe extern "C-unwind" fn redis_pcall(state: *mut mlua::lua_State) -> std::ffi::c_int {
+    // SAFETY: Lua calls this as a C function, with its live state.
+    unsafe { raw_call(state, false) }
+}
+
+/// One command from a script. Everything Rust owns is dropped before the first Lua call that
+/// may raise (pushing the reply can run out of memory, and raising is a longjmp), so this
+/// frame holds nothing to destroy when it is left that way.
+///
+/// # Safety
+/// `state` must be the live state of a C function call.
+unsafe fn raw_call(state: *mut mlua::lua_State, raise: bool) -> std::ffi::c_int {
+    use mlua::ffi;
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the caller's contract.
+        unsafe { call_from_lua(state) }
+    })) {
+        Ok(o) => o,
+        Err(_) => {
+            CALLS.with(|c| {
+                // SAFETY: `out` is touched only by the call running now, on this thread.
+                let out = unsafe { &mut *c.out.get() };
+                out.clear();
+                out.extend_from_slice(b"ERR internal error in a command called from a script");
+            });
+            Outcome::Error
+        }
+    };
+    let out: *const Vec<u8> = CALLS.with(|c| c.out.get().cast_const());
+    // SAFETY: `out` is left alone until the next call, and no Lua code can run while the
+    // reply is pushed (scripts cannot make finalizers: `newproxy` is removed), so no call can
+    // come in meanwhile.
+    let out: &[u8] = unsafe { &*out };
+    // SAFETY: the caller's contract; room is checked before each push.
+    unsafe {
+        match outcome {
+            Outcome::Reply => {
+                let base = ffi::lua_gettop(state);
+                let mut at = 0;
+                if push_resp(state, out, &mut at, 0).is_none() {
+                    ffi::lua_settop(state, base);
+                    ffi::lua_pushboolean(state, 0);
+                }
+                1
+            }
+            Outcome::Error if !raise => {
+                ffi::luaL_checkstack(state, 2, std::ptr::null());
+                ffi::lua_createtable(state, 0, 1);
+                ffi::lua_pushlstring(state, out.as_ptr().cast(), out.len());
+                ffi::lua_setfield(state, -2, c"err".as_ptr());
+                1
+            }
+            Outcome::Error | Outcome::Stop => {
+                ffi::luaL_checkstack(state, 1, std::ptr::null());
+                ffi::lua_pushlstring(state, out.as_ptr().cast(), out.len());
+                ffi::lua_error(state)
+            }
+        }
+    }
+}
+
+/// The Rust part of a call: reads the arguments off the stack (which raises nothing), runs
+/// the command and leaves its reply in `CallState::out`.
+///
+/// # Safety
+/// `state` must be the live state of a C function call.
+unsafe fn call_from_lua(state: *mut mlua::lua_State) -> Outcome {
+    CALLS.with(|c| {
+        // SAFETY: `out` is touched only by the call running now, on this thread.
+        let out = unsafe { &mut *c.out.get() };
+        out.clear();
+        if !spend(c, COMMAND_COST) {
+            out.extend_from_slice(stop_message().as_bytes());
+            return Outcome::Stop;
+        }
+        let reply = match (c.running.get(), unsafe { request_from_stack(state) }) {
+            (None, _) => Reply::err("ERR redis.call works only while a script runs"),
+            (_, Err(why)) => Reply::Error(why.into()),
+            // SAFETY: `running` holds these pointers only while `eval` runs a script (a
+            // `RunningGuard` clears them), and `eval` holds the exclusive borrows they come
+            // from without using them meanwhile. The interpreter is this thread's alone, and a
+            // script cannot run another one (EVAL from a script is refused), so these are the
+            // only references while they live.
+            (Some(r), Ok(req)) => unsafe {
+                call_command(&mut *r.store, &mut *r.stats, &*r.eval, req, r.now)
+            },
+        };
+        match reply {
+            Reply::Error(msg) => {
+                out.extend_from_slice(msg.as_bytes());
+                *c.raised.borrow_mut() = Some(msg.into_owned());
+                Outcome::Error
+            }
+            r => {
+                encode(&mut ReplyWriter::new(out, false), &r);
+                Outcome::Reply
+            }
+        }
+    })
+}
+
+/// `redis.call`'s arguments as a command: strings as they are, numbers as Redis formats them
+/// (`%.17g`), all in one frame. Reads the stack only: nothing here can raise.
+///
+/// # Safety
+/// `state` must be the live state of a C function call.
+unsafe fn request_from_stack(state: *mut mlua::lua_State) -> Result<Request, String> {
+    use mlua::ffi;
+    // SAFETY: the caller's contract; every index is within the call's arguments.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        if n <= 0 {
+            return Err(
+                "ERR Please specify at least one argument for this redis lib call".to_string(),
+            );
+        }
+        let mut frame = Vec::with_capacity(64);
+        let mut spans = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+        for i in 1..=n {
+            let start = frame.len();
+            match ffi::lua_type(state, i) {
+                ffi::LUA_TSTRING => {
+                    let mut len = 0usize;
+                    let p = ffi::lua_tolstring(state, i, &mut len);
+                    if !p.is_null() {
+                        frame.extend_from_slice(std::slice::from_raw_parts(p.cast::<u8>(), len));
+                    }
+                }
+                ffi::LUA_TNUMBER => write_g(&mut frame, ffi::lua_tonumber(state, i), 17),
+                _ => {
+                    return Err(
+                        "ERR Lua redis lib command arguments must be strings or integers"
+                            .to_string(),
+                    );
+                }
+            }
+            spans.push((start, frame.len()));
+        }
+        Ok(Request::from_frame(frame, &spans))
     }
 }
 
@@ -519,46 +699,18 @@ impl Engine {
         ] {
             redis.set(name, level)?;
         }
-        let budget = Rc::new(Cell::new(0u64));
-        let stopped = Rc::new(Cell::new(false));
-        let running: Rc<Cell<Option<Running>>> = Rc::new(Cell::new(None));
-        // redis.call raises an error reply (as its plain text); redis.pcall hands it back as
-        // an error table.
-        for (name, raise) in [("call", true), ("pcall", false)] {
-            let (budget, stopped, running) = (budget.clone(), stopped.clone(), running.clone());
-            let f = lua.create_function(move |lua, args: mlua::MultiValue| {
-                spend(&budget, &stopped, COMMAND_COST)?;
-                let Some(r) = running.get() else {
-                    return Err(mlua::Error::RuntimeError(
-                        "ERR redis.call works only while a script runs".into(),
-                    ));
-                };
-                let reply = match command_request(&args) {
-                    Err(why) => Reply::Error(why.into()),
-                    // SAFETY: `running` holds these pointers only while `eval` runs a script
-                    // (a `RunningGuard` clears them), and `eval` holds the exclusive borrows
-                    // they come from without using them meanwhile. The interpreter is this
-                    // thread's alone, and a script cannot run another one (EVAL from a
-                    // script is refused), so these are the only references while they live.
-                    Ok(req) => unsafe {
-                        call_command(&mut *r.store, &mut *r.stats, &*r.eval, req, r.now)
-                    },
-                };
-                match reply {
-                    Reply::Error(msg) if raise => {
-                        Err(mlua::Error::external(Raised::Reply(msg.into_owned())))
-                    }
-                    r => reply_to_lua(lua, &r),
-                }
-            })?;
-            redis.set(name, f)?;
+        // SAFETY: both are C functions that keep to the Lua C API's rules (see `raw_call`).
+        unsafe {
+            redis.set("call", lua.create_c_function(redis_call)?)?;
+            redis.set("pcall", lua.create_c_function(redis_pcall)?)?;
         }
         lua.globals().set("redis", redis)?;
         lua.globals().set("cjson", super::cjson::module(&lua)?)?;
-        let xpcall: mlua::Function = lua.globals().get("xpcall")?;
         let hidden = lua.create_table()?;
-        let flag = stopped.clone();
-        hidden.set("stopped", lua.create_function(move |_, ()| Ok(flag.get()))?)?;
+        hidden.set(
+            "stopped",
+            lua.create_function(|_, ()| Ok(CALLS.with(|c| c.stopped.get())))?,
+        )?;
         hidden.set(
             "plain",
             lua.create_function(|lua, e: Value| {
@@ -581,23 +733,21 @@ impl Engine {
             line.set(script_line(lua));
             Ok(e)
         })?;
-        let (left, flag) = (budget.clone(), stopped.clone());
         lua.set_hook(
             mlua::HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            move |_, _| {
-                spend(&left, &flag, u64::from(HOOK_EVERY))?;
-                Ok(mlua::VmState::Continue)
+            |_, _| {
+                if CALLS.with(|c| spend(c, u64::from(HOOK_EVERY))) {
+                    Ok(mlua::VmState::Continue)
+                } else {
+                    Err(mlua::Error::RuntimeError(stop_message()))
+                }
             },
         )?;
         Ok(Engine {
             lua,
             compiled: AHashMap::new(),
-            budget,
-            stopped,
-            xpcall,
             handler,
             error_line,
-            running,
         })
     }
 
@@ -664,35 +814,42 @@ fn lua_message(e: &mlua::Error) -> String {
 pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats) -> Reply {
     let result = with_engine(|engine| {
         let f = engine.function(&e.sha, &e.body)?;
-        engine.budget.set(MAX_INSTRUCTIONS);
-        engine.stopped.set(false);
         engine.error_line.set(None);
         let lua = &engine.lua;
-        engine.running.set(Some(Running {
-            store,
-            stats,
-            eval: e,
-            now,
-        }));
-        let guard = RunningGuard(&engine.running);
-        // SAFETY: the closure only pushes onto the stack it is given (checked for room first)
-        // and pops what it pushed; exec_raw runs it protected, so a memory error is a Lua error
-        // returned as an Err.
-        let set = unsafe {
-            lua.exec_raw::<()>((), |state| {
+        CALLS.with(|c| {
+            c.budget.set(MAX_INSTRUCTIONS);
+            c.stopped.set(false);
+            *c.raised.borrow_mut() = None;
+            c.running.set(Some(Running {
+                store,
+                stats,
+                eval: e,
+                now,
+            }));
+        });
+        let guard = RunningGuard;
+        // One protected call sets KEYS and ARGV and runs the script under its message handler,
+        // leaving (whether it succeeded, its result or its error).
+        // SAFETY: the stack holds the handler (1) and the script (2), as passed; the closure
+        // checks for room before it pushes, and leaves exactly two values. A memory error while
+        // setting KEYS or ARGV is raised inside exec_raw's protection and returned as an Err.
+        let out = unsafe {
+            lua.exec_raw::<(bool, Value)>((engine.handler.clone(), f), |state| {
+                use mlua::ffi;
                 set_global_list(state, c"KEYS", &e.keys);
                 set_global_list(state, c"ARGV", &e.args);
+                let status = ffi::lua_pcall(state, 0, 1, 1);
+                ffi::lua_pushboolean(state, std::ffi::c_int::from(status == ffi::LUA_OK));
+                ffi::lua_replace(state, 1);
             })
         };
-        let out = set.and_then(|()| {
-            engine
-                .xpcall
-                .call::<(bool, Value)>((f, engine.handler.clone()))
-        });
         drop(guard);
         let failure = match out {
             Ok((true, v)) => return Ok(lua_to_reply(&v, 0)),
-            Ok((false, v)) => failure(&v, engine.error_line.get(), &e.sha),
+            Ok((false, v)) => {
+                let raised = CALLS.with(|c| c.raised.borrow_mut().take());
+                failure(&v, engine.error_line.get(), raised.as_deref(), &e.sha)
+            }
             Err(err) => script_error(&err, &e.sha),
         };
         // A script stopped part-way may leave a lot behind (one that ran out of memory,
@@ -707,7 +864,7 @@ pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
 }
 
 /// The error reply of a script that failed with the error value `v`, raised at `line`.
-fn failure(v: &Value, line: Option<usize>, sha: &Bytes) -> String {
+fn failure(v: &Value, line: Option<usize>, raised: Option<&str>, sha: &Bytes) -> String {
     let at = |line: Option<usize>| match line {
         Some(l) => format!(
             "script: {}, on @user_script:{l}.",
@@ -717,12 +874,17 @@ fn failure(v: &Value, line: Option<usize>, sha: &Bytes) -> String {
     };
     let text = match v {
         Value::Error(err) => match Raised::find(err) {
-            // An error reply raised by redis.call goes back as it was.
-            Some(Raised::Reply(reply)) => return format!("{reply} {}", at(line)),
-            Some(Raised::Lua(text)) => text.clone(),
+            Some(Raised(text)) => text.clone(),
             None => return script_error(err, sha),
         },
-        Value::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+        Value::String(s) => {
+            let text = String::from_utf8_lossy(&s.as_bytes()).into_owned();
+            // An error reply raised by redis.call goes back as it was.
+            if raised == Some(text.as_str()) {
+                return format!("{text} {}", at(line));
+            }
+            text
+        }
         _ => String::new(),
     };
     match v {
@@ -795,31 +957,6 @@ unsafe fn set_global_list(state: *mut mlua::lua_State, name: &std::ffi::CStr, it
 
 fn c_int(n: usize) -> std::ffi::c_int {
     std::ffi::c_int::try_from(n).unwrap_or(std::ffi::c_int::MAX)
-}
-
-/// `redis.call`'s arguments as a command: strings as they are, numbers as Redis formats them
-/// (`%.17g`), all in one frame.
-fn command_request(args: &mlua::MultiValue) -> Result<Request, String> {
-    if args.is_empty() {
-        return Err("ERR Please specify at least one argument for this redis lib call".into());
-    }
-    let mut frame = Vec::with_capacity(64);
-    let mut spans = Vec::with_capacity(args.len());
-    for v in args.iter() {
-        let start = frame.len();
-        match v {
-            Value::String(s) => frame.extend_from_slice(&s.as_bytes()),
-            Value::Integer(i) => write_g(&mut frame, *i as f64, 17),
-            Value::Number(n) => write_g(&mut frame, *n, 17),
-            _ => {
-                return Err(
-                    "ERR Lua redis lib command arguments must be strings or integers".to_string(),
-                );
-            }
-        }
-        spans.push((start, frame.len()));
-    }
-    Ok(Request::from_frame(frame, &spans))
 }
 
 /// A number as C's `%.<precision>g` writes it (precision from 1 to 17).
@@ -911,31 +1048,6 @@ fn call_command(
 
 fn undeclared() -> Reply {
     Reply::err("ERR Script attempted to access a key that was not declared in KEYS")
-}
-
-/// A command's reply as Lua sees it: Redis's conversion rules, read off the RESP2 encoding so
-/// every reply shape converts the same way.
-fn reply_to_lua(lua: &Lua, r: &Reply) -> mlua::Result<Value> {
-    // The replies that need nothing from the interpreter's heap.
-    match r {
-        Reply::Int(i) => return Ok(Value::Number(*i as f64)),
-        Reply::Nil => return Ok(Value::Boolean(false)),
-        _ => {}
-    }
-    let mut buf = Vec::with_capacity(64);
-    encode(&mut ReplyWriter::new(&mut buf, false), r);
-    // SAFETY: the closure pushes exactly one value onto the stack it is given (see
-    // `push_resp`); exec_raw runs it protected, so a memory error is returned as an Err.
-    unsafe {
-        lua.exec_raw::<Value>((), |state| {
-            let mut at = 0;
-            let base = mlua::ffi::lua_gettop(state);
-            if push_resp(state, &buf, &mut at, 0).is_none() {
-                mlua::ffi::lua_settop(state, base);
-                mlua::ffi::lua_pushboolean(state, 0);
-            }
-        })
-    }
 }
 
 /// Pushes the RESP2 value at `b[*at..]` as Lua sees it: a status as `{ok=...}`, an error as
