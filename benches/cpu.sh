@@ -157,7 +157,7 @@ for rep in $(seq 1 "$REPS"); do
 done
 
 med() {
-    tr ' ' '\n' <<<"${SAMPLES[$1]:-}" | grep -v '^$' | median
+    tr ' ' '\n' <<<"${SAMPLES[$1]:-}" | { grep -v '^$' || true; } | median
 }
 ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'
