@@ -34,7 +34,7 @@ fn parse_throttle(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     }
     let key = a.next_bytes()?;
     let num = |a: &mut Args| -> Result<i64, ParseError> {
-        cell::parse_arg(&a.next_bytes()?).map_err(cell_err)
+        cell::parse_arg(a.next_slice()?).map_err(cell_err)
     };
     let max_burst = num(a)?;
     let count = num(a)?;

@@ -106,8 +106,13 @@ pub fn emission_interval(count: i64, period_s: i64) -> i64 {
     if count == 0 || period_s == 0 {
         return 0;
     }
-    let period_ns = i128::from(period_s) * NS_PER_S;
-    (period_ns as f64 / count as f64) as i64
+    // Converting the product as an i64 rounds exactly as converting it as an i128 does, and
+    // avoids the slow 128-bit conversion whenever the product fits.
+    let period_ns = match period_s.checked_mul(NS_PER_S as i64) {
+        Some(ns) => ns as f64,
+        None => (i128::from(period_s) * NS_PER_S) as f64,
+    };
+    (period_ns / count as f64) as i64
 }
 
 /// Checks what redis-cell checks before it touches the key.
@@ -142,6 +147,17 @@ pub struct CellOutcome {
 /// A duration in seconds as redis-cell replies it: `as_seconds_f64() as i64`, plus one when the
 /// sub-second part holds a positive whole millisecond.
 fn reply_seconds(ns: i128) -> i64 {
+    // The same steps in 64 bits when the duration fits (it always does for times inside the
+    // clock's range): identical results, without 128-bit division.
+    if let Ok(ns) = i64::try_from(ns) {
+        let secs = ns / NS_PER_S as i64;
+        let nanos = ns % NS_PER_S as i64;
+        let mut out = (secs as f64 + nanos as f64 / NS_PER_S as f64) as i64;
+        if nanos / NS_PER_MS as i64 > 0 {
+            out = out.wrapping_add(1);
+        }
+        return out;
+    }
     let secs = ns / NS_PER_S;
     let nanos = ns % NS_PER_S;
     let mut out = (secs as f64 + nanos as f64 / NS_PER_S as f64) as i64;
@@ -204,7 +220,14 @@ pub fn throttle(tat: Option<u64>, args: &CellArgs, now: u64) -> CellOutcome {
 
     let next = tau - ttl;
     let remaining = if next > -t {
-        ((next / NS_PER_US) as f64 / (t / NS_PER_US) as f64) as i64
+        // In 64 bits when both fit (the usual case): the quotients and their conversions are
+        // the same, without 128-bit division.
+        match (i64::try_from(next), i64::try_from(t)) {
+            (Ok(next), Ok(t)) => {
+                ((next / NS_PER_US as i64) as f64 / (t / NS_PER_US as i64) as f64) as i64
+            }
+            _ => ((next / NS_PER_US) as f64 / (t / NS_PER_US) as f64) as i64,
+        }
     } else {
         0
     };
@@ -460,8 +483,31 @@ mod tests {
         i64::try_from(ns / SEC + u64::from(ns % SEC >= MS)).unwrap()
     }
 
+    /// `reply_seconds` all in 128 bits, as it was first written.
+    fn reply_seconds_wide(ns: i128) -> i64 {
+        let secs = ns / NS_PER_S;
+        let nanos = ns % NS_PER_S;
+        let mut out = (secs as f64 + nanos as f64 / NS_PER_S as f64) as i64;
+        if nanos / NS_PER_MS > 0 {
+            out = out.wrapping_add(1);
+        }
+        out
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// The 64-bit shortcuts answer exactly what the 128-bit arithmetic does.
+        #[test]
+        fn narrow_arithmetic_matches_wide(ns in any::<i64>(), s in any::<i64>(), c in any::<i64>()) {
+            prop_assert_eq!(reply_seconds(i128::from(ns)), reply_seconds_wide(i128::from(ns)));
+            let wide = if c == 0 || s == 0 {
+                0
+            } else {
+                ((i128::from(s) * NS_PER_S) as f64 / c as f64) as i64
+            };
+            prop_assert_eq!(emission_interval(c, s), wide);
+        }
 
         /// On ordinary arguments, max_burst B, count C, period P admits and refuses exactly as
         /// GCRA with limit C per P and burst B + 1, and stores the same tat.

@@ -66,8 +66,9 @@ impl Args {
         ArgError::WrongArity(self.name.to_string())
     }
 
-    /// The next argument, borrowed from the request.
-    fn next_slice(&mut self) -> Result<&[u8], ArgError> {
+    /// The next argument, borrowed from the request: for arguments only read while parsing
+    /// (numbers, keywords), which need no counted slice of the frame.
+    pub fn next_slice(&mut self) -> Result<&[u8], ArgError> {
         let i = self.pos;
         if i >= self.req.len() {
             return Err(self.arity_error());

@@ -90,6 +90,33 @@ fn push_int(buf: &mut Vec<u8>, v: i64) {
     buf.extend_from_slice(s);
 }
 
+/// Appends `kind`, `v` in decimal and CRLF as one copy: integer replies and aggregate headers
+/// are most of what a rate-limit reply is made of.
+fn push_line(buf: &mut Vec<u8>, kind: u8, v: i64) {
+    // The kind, a sign and 19 digits (i64's widest), CRLF.
+    let mut tmp = [0u8; 23];
+    tmp[21] = b'\r';
+    tmp[22] = b'\n';
+    let neg = v < 0;
+    let mut n = v.unsigned_abs();
+    let mut i = 21;
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if neg {
+        i -= 1;
+        tmp[i] = b'-';
+    }
+    i -= 1;
+    tmp[i] = kind;
+    buf.extend_from_slice(&tmp[i..]);
+}
+
 fn itoa_buf() -> [u8; 20] {
     [0u8; 20]
 }
@@ -148,9 +175,7 @@ impl<'a> ReplyWriter<'a> {
     }
 
     pub fn int(&mut self, v: i64) {
-        self.buf.push(b':');
-        push_int(self.buf, v);
-        self.buf.extend_from_slice(b"\r\n");
+        push_line(self.buf, b':', v);
     }
 
     pub fn bulk(&mut self, data: &[u8]) {
@@ -222,9 +247,7 @@ impl<'a> ReplyWriter<'a> {
     }
 
     fn header(&mut self, kind: u8, len: usize) {
-        self.buf.push(kind);
-        push_int(self.buf, len as i64);
-        self.buf.extend_from_slice(b"\r\n");
+        push_line(self.buf, kind, len as i64);
     }
 
     /// Writes a map entry whose key is a bulk string and whose value is an integer.

@@ -44,6 +44,8 @@ pub(super) const REPLY_BUDGET: usize = 256 * 1024;
 /// A replicated batch's replies all arrive when its entries commit, so rounds with commands
 /// that return stored values are cut to keep those replies under this.
 const VALUE_REPLY_BUDGET: usize = 16 * 1024 * 1024;
+/// The most requests whose vector a connection keeps between rounds.
+const KEEP_REQS: usize = 32;
 /// What a read asks the socket for.
 const READ_CHUNK: usize = 16 * 1024;
 /// Buffers larger than this are given back once they are mostly empty.
@@ -134,6 +136,8 @@ pub(crate) struct Conn {
     out: Vec<u8>,
     parser: RequestParser,
     txn: Option<Txn>,
+    /// The requests of the round being run, kept between rounds for their allocation.
+    reqs: Vec<Request>,
     /// This connection's share of `Node::client_buffer_bytes`.
     accounted: usize,
     /// The most its buffers held at once.
@@ -172,6 +176,7 @@ impl Conn {
             out: Vec::with_capacity(READ_CHUNK),
             parser: RequestParser::default(),
             txn: None,
+            reqs: Vec::new(),
             accounted: 0,
             peak: 0,
         }
@@ -200,7 +205,7 @@ impl Conn {
             // Until the client has authenticated, one request at a time: AUTH changes which
             // limits the next request is parsed with.
             let max_batch = if self.authed { MAX_BATCH } else { 1 };
-            let mut reqs = Vec::new();
+            let mut reqs = std::mem::take(&mut self.reqs);
             let mut proto_err = None;
             while reqs.len() < max_batch {
                 match self.parser.parse(&mut self.rbuf, &limits, self.authed) {
@@ -225,7 +230,13 @@ impl Conn {
                     .stats
                     .requests
                     .fetch_add(reqs.len() as u64, Ordering::Relaxed);
-                match self.run_round(reqs).await {
+                let res = self.run_round(&mut reqs).await;
+                reqs.clear();
+                // A small round's vector is kept; a long pipeline's is not held while idle.
+                if reqs.capacity() <= KEEP_REQS {
+                    self.reqs = reqs;
+                }
+                match res {
                     Ok(()) => {}
                     Err(Stop::Gone) => {
                         ReplyWriter::new(&mut self.out, self.resp3)
@@ -362,13 +373,13 @@ impl Conn {
     }
 
     /// Handles one round of requests, appending every reply to `out` in order.
-    async fn run_round(&mut self, reqs: Vec<Request>) -> Result<(), Stop> {
+    async fn run_round(&mut self, reqs: &mut Vec<Request>) -> Result<(), Stop> {
         let rules = self.node.rules.load();
         if let Some(last) = reqs.last() {
             let idx = table::index_of(last.name()).map_or(0, |i| i + 1);
             self.info.last_cmd.store(idx, Ordering::Relaxed);
         }
-        for req in reqs {
+        for req in reqs.drain(..) {
             if self.quit {
                 break;
             }
@@ -408,7 +419,10 @@ impl Conn {
                 Err(e) => self.local_error(&e.message()),
                 Ok(Parsed::Keyed { route, cmd }) => {
                     self.tag_named(named);
-                    self.push_keyed(&route, cmd).await?
+                    let slot = self.slot_of(&route);
+                    if self.queue(slot, cmd) {
+                        self.flush().await?;
+                    }
                 }
                 Ok(Parsed::Multi(m)) => {
                     let slot = key_slot(&m.keys()[0]);
@@ -524,13 +538,29 @@ impl Conn {
         Ok(())
     }
 
-    /// Queues a one-key command for the shard that owns its key.
-    async fn push_keyed(&mut self, route: &[u8], cmd: KeyCmd) -> Result<(), Stop> {
-        self.push_slot(key_slot(route), cmd).await
+    /// The hash slot a one-key command is queued under. A standalone node with one shard
+    /// routes nothing by slot (and a cluster is only ever joined by a node started as one), so
+    /// it skips hashing the key.
+    fn slot_of(&self, route: &[u8]) -> u16 {
+        if self.node.shards.len() == 1 && self.node.cluster().is_none() {
+            0
+        } else {
+            key_slot(route)
+        }
     }
 
     /// Queues a command whose keys are all in `slot`, for the shard that owns it.
     async fn push_slot(&mut self, slot: u16, cmd: KeyCmd) -> Result<(), Stop> {
+        if self.queue(slot, cmd) {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Queues a command for the shard that owns `slot`; true when the round must be run now,
+    /// before more is queued (its replies of stored values would pass the budget). Not async,
+    /// so the command is moved once, into the queue, not through the futures of the calls.
+    fn queue(&mut self, slot: u16, cmd: KeyCmd) -> bool {
         let s = self.node.slot_owner(slot);
         self.round.checks += u64::from(cmd.is_check());
         let returns_value = returns_stored_value(&cmd);
@@ -540,11 +570,9 @@ impl Conn {
         if returns_value {
             self.round.value_cmds += 1;
             let largest = self.node.live.caps.largest_value();
-            if self.round.value_cmds >= (VALUE_REPLY_BUDGET / largest).max(1) {
-                self.flush().await?;
-            }
+            return self.round.value_cmds >= (VALUE_REPLY_BUDGET / largest).max(1);
         }
-        Ok(())
+        false
     }
 
     /// Encodes a reply of the node's own into the round, in order.

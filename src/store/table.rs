@@ -17,6 +17,10 @@ pub(super) const PARTITIONS: usize = 64;
 /// Index slot and control byte per key, as counted in `Usage::bytes`.
 const INDEX_COST: usize = std::mem::size_of::<u32>() + 1;
 
+/// How far into a record its value usually ends: a 1-byte key length, a key of about 20
+/// bytes, the tag and a timestamp or two.
+const RECORD_TAIL: usize = 31;
+
 /// Asks the processor to bring the cache line at `p` in, without waiting for it.
 #[inline(always)]
 fn prefetch_read(p: *const u8) {
@@ -223,9 +227,10 @@ impl Store {
     pub fn prefetch<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
         let mut hashes = std::mem::take(&mut self.hashes);
         hashes.clear();
-        for key in keys {
-            let hash = self.hash(key);
-            hashes.push(hash);
+        hashes.extend(keys.map(|key| self.hash(key)));
+        // Hashed first, in a loop of their own: the probes then follow each other closely
+        // enough that the processor has many of their misses in flight at once.
+        for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
             let _ = part.index.find(hash, |_| false);
         }
@@ -234,6 +239,12 @@ impl Store {
             let _ = part.index.find(hash, |&o| {
                 if let Some(rec) = part.arena.get(o as usize..) {
                     prefetch_read(rec.as_ptr());
+                    // A small record (a bucket or a counter under a short key) straddles two
+                    // cache lines almost half the time: ask for its tail's line too (the
+                    // same line again, at no cost, when it does not straddle).
+                    if let Some(tail) = rec.get(RECORD_TAIL..) {
+                        prefetch_read(tail.as_ptr());
+                    }
                 }
                 false
             });
