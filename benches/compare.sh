@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side comparison of bucketd and Redis on the same hardware, in one command:
 #
-#   bash benches/compare.sh              # full run (about 5-10 minutes)
+#   bash benches/compare.sh              # full run (about 15-20 minutes)
 #   QUICK=1 bash benches/compare.sh      # smoke run (under 2 minutes)
 #   bash benches/compare.sh cluster      # cluster mode (about 10 minutes; QUICK=1 works too)
 #   bash benches/compare.sh rls          # Envoy rate limit service, gRPC vs RESP (about 4 minutes)
@@ -22,6 +22,7 @@
 # /tmp/bucketd-compare-rls.md).
 #
 # Settings (environment): ROUNDS, N_P1, N_P16, CLIENTS, KEYSPACE, MEM_KEYS, RUN_TIMEOUT, OUT,
+# CALLGRIND (1, the default: also count instructions per request with valgrind), CG_REQUESTS,
 # SERVER_CPU, CLIENT_CPU, and QUIET_PCT / QUIET_WAIT_S / QUIET_BUDGET_S (how long to wait for
 # other work on the machine to calm down before each run, per run and in total); cluster mode
 # also IDLE_S (seconds of each idle-CPU measurement), UP_TIMEOUT (seconds each cluster may take
@@ -414,6 +415,26 @@ stop_server "$REDIS_PID"
 stop_server "$BUCKETD_PID"
 
 # ---------------------------------------------------------------------------------------------
+# 1b. Instructions per request under callgrind: steady where timings are not
+# ---------------------------------------------------------------------------------------------
+
+CALLGRIND=${CALLGRIND:-1}
+CG_REQUESTS=${CG_REQUESTS:-$((QUICK == 1 ? 10000 : 50000))}
+CG_TABLE="(not measured: valgrind is not installed, or CALLGRIND=0)"
+if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null && command -v callgrind_control >/dev/null; then
+    log "instructions per request under callgrind ($CG_REQUESTS requests per workload)"
+    if cg_out=$(timeout 1800 bash "$BENCHES/cpu.sh" --bin "$BIN" --reps 0 --callgrind \
+        --callgrind-requests "$CG_REQUESTS" --only ping,incr_rand,throttle_rand,evalsha_rand 2>&1); then
+        CG_TABLE=$(printf '%s\n' "$cg_out" | grep '^|' | awk -F'|' 'BEGIN { OFS = "|" }
+            NR == 1 { print "| workload | bucketd instructions | Redis instructions | bucketd / Redis |"; next }
+            NR == 2 { print "|---|---:|---:|---:|"; next }
+            { print "", $2, $6, $7, $8, "" }')
+    else
+        CG_TABLE="(callgrind run failed: $(printf '%s' "$cg_out" | tail -1))"
+    fi
+fi
+
+# ---------------------------------------------------------------------------------------------
 # 2. Memory per bucket, on fresh servers
 # ---------------------------------------------------------------------------------------------
 
@@ -599,6 +620,16 @@ EOF
         "bucketd INCR|bucketd:incr" "Redis EVALSHA|redis:evalsha" \
         "bucketd EVALSHA|bucketd:evalsha" "Redis PING|redis:ping" "bucketd PING|bucketd:ping"
     cat <<EOF
+
+## Instructions per request (callgrind)
+
+User-space instructions each server runs per request, counted by valgrind's callgrind over
+$CG_REQUESTS requests after a warm-up (\`benches/cpu.sh --callgrind\`: pipeline 16, 50 clients,
+one million random keys; CL.THROTTLE is set beside Redis's INCR). Unlike timings they do not
+move with the machine's load; they leave out the kernel's share (the socket work, about the
+same for both servers).
+
+$CG_TABLE
 
 ## Memory per bucket
 

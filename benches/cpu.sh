@@ -72,6 +72,7 @@ WORKLOADS=(
     "throttle_rand|1000000|CL.THROTTLE bucket:__rand_int__ 99 10 1|"
     "incr_hot|100|INCR bucket:__rand_int__|INCR bucket:__rand_int__"
     "throttle_hot|100|CL.THROTTLE bucket:__rand_int__ 99 10 1|"
+    "evalsha_rand|1000000|EVALSHA @SHA@ 1 bucket:__rand_int__ 100 10 1|EVALSHA @SHA@ 1 bucket:__rand_int__ 100 10 1"
 )
 selected() {
     [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]
@@ -100,10 +101,19 @@ ticks() {
     sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
-# bench PORT RANDOM N CMD...: one redis-benchmark run.
+# load_script PORT: loads benches/token_bucket.lua (the EVALSHA workload's script) into the
+# server on PORT and prints its SHA1.
+load_script() {
+    redis-cli -p "$1" SCRIPT LOAD "$(cat "$here/token_bucket.lua")"
+}
+
+# bench PORT RANDOM N CMD...: one redis-benchmark run (@SHA@ in CMD is the loaded script's SHA1).
 bench() {
     local port=$1 r=$2 n=$3
     shift 3
+    local sha
+    sha=$(load_script "$port")
+    set -- "${@//@SHA@/$sha}"
     local rand=()
     [ "$r" -gt 0 ] && rand=(-r "$r")
     timeout 600 taskset -c "$CORE_CLIENT" redis-benchmark -p "$port" -c 50 -n "$n" "${rand[@]}" \
@@ -171,30 +181,31 @@ if [ "$CG" = 1 ]; then
         local label=$1 port=$2 r=$3 cmd=$4
         shift 4
         local out="$WORK/cg.$label"
-        timeout 1200 valgrind --tool=callgrind --callgrind-out-file="$out" "$@" \
-            >"$WORK/cg.$label.log" 2>&1 &
+        timeout 1200 valgrind --tool=callgrind --instr-atstart=no \
+            --callgrind-out-file="$out" "$@" >"$WORK/cg.$label.log" 2>&1 &
         local pid=$!
         PIDS+=("$pid")
         for _ in $(seq 1 300); do
             redis-cli -p "$port" PING >/dev/null 2>&1 && break
             sleep 0.2
         done
+        # The valgrind process itself ($! is the timeout wrapping it): the one listening.
+        local vpid
+        vpid=$(ss -ltnpH "sport = :$port" | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
         # Warm up (the first requests take the process's one-time costs), then count.
         # shellcheck disable=SC2086
         bench "$port" "$r" 20000 $cmd
         redis-cli -p "$port" FLUSHALL >/dev/null
-        callgrind_control -z "$pid" >/dev/null 2>&1
+        # Counted only over the measured run: instrumentation is on for it alone.
+        callgrind_control -i on "$vpid" >/dev/null 2>&1
         # shellcheck disable=SC2086
         bench "$port" "$r" "$CG_N" $cmd
-        callgrind_control -d "$pid" >/dev/null 2>&1
-        kill "$pid" 2>/dev/null || true
+        callgrind_control -i off "$vpid" >/dev/null 2>&1
+        kill "$vpid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
-        # The dump taken on request holds what ran since the zeroing: the largest file.
         local total
-        total=$(for f in "$out"*; do
-            grep -h '^summary:\|^totals:' "$f" | awk '{print $2}' | head -1
-        done | sort -n | tail -1)
-        echo $((total / CG_N))
+        total=$(grep -h '^totals:' "$out" | awk '{print $2}' | head -1)
+        echo $((${total:-0} / CG_N))
     }
     for w in "${WORKLOADS[@]}"; do
         IFS='|' read -r name r bcmd rcmd <<<"$w"
