@@ -281,6 +281,9 @@ async fn scripts_are_kept_to_their_keys_and_to_deterministic_bounded_work() {
             let e = err(c.cmd(&["EVAL", script, "1", "k"]).await);
             assert!(e.contains("Script stopped"), "{script}: {e}");
         }
+        // No finalizers: they could run Lua code while a command's reply is handed over.
+        let e = err(c.cmd(&["EVAL", "return newproxy(true)", "0"]).await);
+        assert!(e.contains("nonexistent global variable 'newproxy'"), "{e}");
         // Neither can a script nest past what its thread can hold.
         let e = err(c
             .cmd(&[

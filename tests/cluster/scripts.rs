@@ -2,8 +2,11 @@
 //! runs it at the entry's time, so all hold the same bucket, and the next leader goes on from
 //! it after a failover.
 
+use crate::common::real_redis::RealRedis;
 use crate::harness::*;
 use std::time::Duration;
+
+const SECS: Duration = Duration::from_secs(20);
 
 /// README's token bucket, reading the time with TIME.
 const TOKEN_BUCKET: &str = "
@@ -81,6 +84,43 @@ async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_i
             .call(&["EVALSHA", &sha, "1", KEY, "3", "1", "1"], SERVE)
             .await;
         assert_eq!(decision(&r), (1, 1), "two refilled, one taken");
+        c.stop_all().await;
+    })
+    .await;
+}
+
+/// The limiter scripts gateways run, through redis-py's cluster client (`register_script`, and
+/// EVALSHA after SCRIPT LOAD), next to a real Redis: tests/py/scripts.py with `--cluster`. The
+/// cluster's clock stands still, so TIME is one instant for every call; the script's cases
+/// hold for Redis's running clock too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiter_scripts_through_redis_py_on_a_cluster_match_redis() {
+    bounded(async {
+        let mut c = TestCluster::start("scripts-py", Opts::patient()).await;
+        c.wait_balanced(SECS).await;
+        let redis = RealRedis::start().await;
+        let port = c.spec.node(1).expect("node 1").port.to_string();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scripts.py");
+        let out = tokio::time::timeout(
+            Duration::from_secs(120),
+            tokio::process::Command::new("python3")
+                .arg(script)
+                .arg(&port)
+                .arg(redis.addr.port().to_string())
+                .arg("--cluster")
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("scripts.py finishes within 120 s")
+        .expect("python3 runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{stdout}");
+        assert!(
+            out.status.success(),
+            "scripts.py --cluster failed\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         c.stop_all().await;
     })
     .await;

@@ -2,13 +2,39 @@
 SCRIPT LOAD), against a bucketd node and a real Redis side by side: the same calls must get the
 same replies, and clients racing on one bucket never get more than it holds.
 
-usage: scripts.py BUCKETD_PORT REDIS_PORT
+usage: scripts.py BUCKETD_PORT REDIS_PORT [--cluster]
+
+With --cluster, BUCKETD_PORT is one node of a bucketd cluster, reached through redis-py's
+cluster client (RedisCluster), which routes each call to the leader of its key's slot.
 """
 
 import sys
 import threading
 
 import redis
+from redis.cluster import RedisCluster
+
+CLUSTER = "--cluster" in sys.argv[3:]
+
+
+def load(r, script):
+    """SCRIPT LOAD; on a cluster on every node. redis-py sends SCRIPT LOAD to the nodes it takes
+    for primaries, and a bucketd node leads some slot ranges while it follows in others, so
+    redis-py takes only one of them for a primary."""
+    if CLUSTER:
+        return r.execute_command("SCRIPT LOAD", script, target_nodes=RedisCluster.ALL_NODES)
+    return r.script_load(script)
+
+
+def flush_scripts(r):
+    r.script_flush()
+
+
+def bucketd():
+    port = int(sys.argv[1])
+    if CLUSTER:
+        return RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
+    return redis.Redis(port=port, socket_timeout=10)
 
 # README's token bucket, reading the time with TIME.
 TOKEN_BUCKET = """
@@ -48,16 +74,22 @@ def check(name, ok, detail=""):
 
 
 def main():
-    ours = redis.Redis(port=int(sys.argv[1]), socket_timeout=10)
+    ours = bucketd()
     theirs = redis.Redis(port=int(sys.argv[2]), socket_timeout=10)
-    for r in (ours, theirs):
-        r.flushall()
+    theirs.flushall()
+    if not CLUSTER:
+        ours.flushall()
 
     # The caller's clock: identical calls at identical times give identical replies, including
     # the refill between calls.
     calls = [(1_700_000_000_000 + dt, cost) for dt, cost in
              [(0, 1), (0, 3), (10, 4), (20, 5), (120, 1), (1000, 2), (1001, 9), (5000, 1)]]
     replies = {}
+    if CLUSTER:
+        # redis-py's register_script falls back to SCRIPT LOAD on the nodes it takes for
+        # primaries only (see `load`): the scripts are loaded on every node first.
+        for script in (TOKEN_BUCKET_NOW, TOKEN_BUCKET):
+            load(ours, script)
     for name, r in (("bucketd", ours), ("redis", theirs)):
         bucket = r.register_script(TOKEN_BUCKET_NOW)
         replies[name] = [bucket(keys=["tb:now"], args=[10, 2, cost, now]) for now, cost in calls]
@@ -68,7 +100,7 @@ def main():
     # EVALSHA after SCRIPT LOAD, the fixed window.
     seen = {}
     for name, r in (("bucketd", ours), ("redis", theirs)):
-        sha = r.script_load(FIXED_WINDOW)
+        sha = load(r, FIXED_WINDOW) if r is ours else r.script_load(FIXED_WINDOW)
         seen[name] = (sha, [r.evalsha(sha, 1, "fw:k", 3, 60000) for _ in range(5)])
     check("fixed window by EVALSHA: same replies", seen["bucketd"] == seen["redis"], f"{seen}")
 
@@ -80,18 +112,20 @@ def main():
     check("token bucket with TIME: same decisions", burst["bucketd"] == burst["redis"], f"{burst}")
     check("token bucket with TIME: 5 of 8 admitted", sum(burst["bucketd"]) == 5, f"{burst}")
 
-    # register_script falls back to EVAL when the script is not known (after SCRIPT FLUSH).
-    ours.script_flush()
-    bucket = ours.register_script(TOKEN_BUCKET)
-    first = bucket(keys=["tb:flushed"], args=[3, 1 / 60, 1])
-    check("register_script after SCRIPT FLUSH", first == [1, 2], f"{first}")
+    # register_script loads the script again when it is not known (after SCRIPT FLUSH); on a
+    # cluster only where redis-py sends SCRIPT LOAD (see `load`), so not checked there.
+    if not CLUSTER:
+        flush_scripts(ours)
+        bucket = ours.register_script(TOKEN_BUCKET)
+        first = bucket(keys=["tb:flushed"], args=[3, 1 / 60, 1])
+        check("register_script after SCRIPT FLUSH", first == [1, 2], f"{first}")
 
     # Contention: 8 clients racing on one bucket of 20 with a refill of 1 per minute.
     admitted = []
     lock = threading.Lock()
 
     def client():
-        r = redis.Redis(port=int(sys.argv[1]), socket_timeout=10)
+        r = bucketd()
         b = r.register_script(TOKEN_BUCKET)
         n = sum(b(keys=["tb:race"], args=[20, 1 / 60, 1])[0] for _ in range(25))
         with lock:
