@@ -84,48 +84,24 @@ pub struct ReplyWriter<'a> {
     pub resp3: bool,
 }
 
-fn push_int(buf: &mut Vec<u8>, v: i64) {
-    let mut tmp = itoa_buf();
-    let s = format_i64(&mut tmp, v);
-    buf.extend_from_slice(s);
-}
-
-/// Appends `kind`, `v` in decimal and CRLF as one copy: integer replies and aggregate headers
-/// are most of what a rate-limit reply is made of.
+/// Appends `kind`, `v` in decimal and CRLF as one copy: integer replies, aggregate headers and
+/// bulk lengths are most of what a rate-limit reply is made of.
 fn push_line(buf: &mut Vec<u8>, kind: u8, v: i64) {
     // The kind, a sign and 19 digits (i64's widest), CRLF.
     let mut tmp = [0u8; 23];
     tmp[21] = b'\r';
     tmp[22] = b'\n';
-    let neg = v < 0;
-    let mut n = v.unsigned_abs();
-    let mut i = 21;
-    loop {
-        i -= 1;
-        tmp[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if neg {
-        i -= 1;
-        tmp[i] = b'-';
-    }
-    i -= 1;
+    let i = digits_before(&mut tmp, 21, v) - 1;
     tmp[i] = kind;
     buf.extend_from_slice(&tmp[i..]);
 }
 
-fn itoa_buf() -> [u8; 20] {
-    [0u8; 20]
-}
-
-/// Formats `v` in decimal into `tmp`, returning the used tail.
-fn format_i64(tmp: &mut [u8; 20], v: i64) -> &[u8] {
+/// Writes `v` in decimal into `tmp`, ending just before `end`; returns where it starts. `end`
+/// must leave room for 20 bytes (a sign and i64's 19 digits).
+fn digits_before(tmp: &mut [u8], end: usize, v: i64) -> usize {
     let neg = v < 0;
     let mut n = v.unsigned_abs();
-    let mut i = tmp.len();
+    let mut i = end;
     loop {
         i -= 1;
         tmp[i] = b'0' + (n % 10) as u8;
@@ -135,11 +111,10 @@ fn format_i64(tmp: &mut [u8; 20], v: i64) -> &[u8] {
         }
     }
     if neg {
-        // 20 bytes hold u64::MAX's 20 digits; i64's magnitude has at most 19, so room for '-'.
         i -= 1;
         tmp[i] = b'-';
     }
-    &tmp[i..]
+    i
 }
 
 impl<'a> ReplyWriter<'a> {
@@ -179,20 +154,17 @@ impl<'a> ReplyWriter<'a> {
     }
 
     pub fn bulk(&mut self, data: &[u8]) {
-        self.buf.push(b'$');
-        push_int(self.buf, data.len() as i64);
-        self.buf.extend_from_slice(b"\r\n");
+        push_line(self.buf, b'$', data.len() as i64);
         self.buf.extend_from_slice(data);
         self.buf.extend_from_slice(b"\r\n");
     }
 
     /// A bulk string holding the decimal form of `v` (what GET returns for a counter).
     pub fn bulk_int(&mut self, v: i64) {
-        let mut tmp = itoa_buf();
-        let s = format_i64(&mut tmp, v);
-        self.buf.push(b'$');
-        push_int(self.buf, s.len() as i64);
-        self.buf.extend_from_slice(b"\r\n");
+        let mut tmp = [0u8; 20];
+        let start = digits_before(&mut tmp, 20, v);
+        let s = &tmp[start..];
+        push_line(self.buf, b'$', s.len() as i64);
         self.buf.extend_from_slice(s);
         self.buf.extend_from_slice(b"\r\n");
     }
@@ -236,9 +208,8 @@ impl<'a> ReplyWriter<'a> {
     /// A verbatim text reply (INFO, CLUSTER NODES): `=` with `txt:` in RESP3, bulk in RESP2.
     pub fn verbatim(&mut self, text: &str) {
         if self.resp3 {
-            self.buf.push(b'=');
-            push_int(self.buf, text.len() as i64 + 4);
-            self.buf.extend_from_slice(b"\r\ntxt:");
+            push_line(self.buf, b'=', text.len() as i64 + 4);
+            self.buf.extend_from_slice(b"txt:");
             self.buf.extend_from_slice(text.as_bytes());
             self.buf.extend_from_slice(b"\r\n");
         } else {
@@ -280,6 +251,11 @@ mod tests {
         assert_eq!(enc(false, |w| w.int(0)), ":0\r\n");
         assert_eq!(enc(false, |w| w.bulk(b"hi")), "$2\r\nhi\r\n");
         assert_eq!(enc(false, |w| w.bulk_int(-7)), "$2\r\n-7\r\n");
+        assert_eq!(
+            enc(false, |w| w.bulk_int(i64::MIN)),
+            "$20\r\n-9223372036854775808\r\n"
+        );
+        assert_eq!(enc(true, |w| w.verbatim("ab")), "=6\r\ntxt:ab\r\n");
         assert_eq!(enc(false, |w| w.error("ERR a\r\nb")), "-ERR a  b\r\n");
     }
 
