@@ -388,16 +388,7 @@ impl Raised {
     /// A library's error raised from Rust: prefixed with the caller's position when a script
     /// called it (not when `pcall` did), as `luaL_error` does.
     pub(super) fn library(lua: &Lua, why: &str) -> mlua::Error {
-        let line = lua
-            .inspect_stack(1, |d| {
-                d.source()
-                    .source
-                    .is_some_and(|s| s.starts_with("@user_script"))
-                    .then(|| d.current_line())
-                    .flatten()
-            })
-            .flatten();
-        let text = match line {
+        let text = match user_script_line(lua, 1) {
             Some(l) => format!("user_script:{l}: {why}"),
             None => why.to_string(),
         };
@@ -645,18 +636,21 @@ unsafe fn request_from_stack(state: *mut mlua::lua_State) -> Result<Request, Str
     }
 }
 
+/// The current line of the frame at `level` of the stack, if it is the script's own.
+fn user_script_line(lua: &Lua, level: usize) -> Option<usize> {
+    lua.inspect_stack(level, |d| {
+        d.source()
+            .source
+            .is_some_and(|s| s.starts_with("@user_script"))
+            .then(|| d.current_line())
+            .flatten()
+    })
+    .flatten()
+}
+
 /// The line of the script frame nearest the top of the stack, if any.
 fn script_line(lua: &Lua) -> Option<usize> {
-    (1..64).find_map(|level| {
-        lua.inspect_stack(level, |d| {
-            d.source()
-                .source
-                .is_some_and(|s| s.starts_with("@user_script"))
-                .then(|| d.current_line())
-                .flatten()
-        })
-        .flatten()
-    })
+    (1..64).find_map(|level| user_script_line(lua, level))
 }
 
 impl Engine {
@@ -863,57 +857,64 @@ pub(super) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
     }
 }
 
+/// Where a failed script's error reply says it failed.
+fn failed_at(sha: &Bytes, line: Option<usize>) -> String {
+    let sha = String::from_utf8_lossy(sha);
+    match line {
+        Some(l) => format!("script: {sha}, on @user_script:{l}."),
+        None => format!("script: {sha}, on @user_script."),
+    }
+}
+
+/// An error's text as a failed script's reply carries it: its first line, `ERR ` once, then
+/// where (the line given, or else the one Lua's `user_script:N:` prefix names).
+fn error_text_reply(text: &str, line: Option<usize>, sha: &Bytes) -> String {
+    let text = text.lines().next().unwrap_or("");
+    let line = line.or_else(|| {
+        text.strip_prefix("user_script:")
+            .and_then(|t| t.split_once(':'))
+            .and_then(|(n, _)| n.parse::<usize>().ok())
+    });
+    let text = text.strip_prefix("ERR ").unwrap_or(text);
+    format!("ERR {text} {}", failed_at(sha, line))
+}
+
 /// The error reply of a script that failed with the error value `v`, raised at `line`.
 fn failure(v: &Value, line: Option<usize>, raised: Option<&str>, sha: &Bytes) -> String {
-    let at = |line: Option<usize>| match line {
-        Some(l) => format!(
-            "script: {}, on @user_script:{l}.",
-            String::from_utf8_lossy(sha)
-        ),
-        None => format!("script: {}, on @user_script.", String::from_utf8_lossy(sha)),
-    };
-    let text = match v {
+    match v {
         Value::Error(err) => match Raised::find(err) {
-            Some(Raised(text)) => text.clone(),
-            None => return script_error(err, sha),
+            Some(Raised(text)) => error_text_reply(text, line, sha),
+            None => script_error(err, sha),
         },
         Value::String(s) => {
-            let text = String::from_utf8_lossy(&s.as_bytes()).into_owned();
+            let bytes = s.as_bytes();
+            let text = String::from_utf8_lossy(&bytes);
             // An error reply raised by redis.call goes back as it was.
-            if raised == Some(text.as_str()) {
-                return format!("{text} {}", at(line));
+            if raised == Some(&*text) {
+                return format!("{text} {}", failed_at(sha, line));
             }
-            text
-        }
-        _ => String::new(),
-    };
-    match v {
-        Value::Error(_) | Value::String(_) => {
-            let text = text.lines().next().unwrap_or("").to_string();
-            let line = line.or_else(|| {
-                text.strip_prefix("user_script:")
-                    .and_then(|t| t.split_once(':'))
-                    .and_then(|(n, _)| n.parse::<usize>().ok())
-            });
-            let text = text.strip_prefix("ERR ").unwrap_or(&text);
-            format!("ERR {text} {}", at(line))
+            error_text_reply(&text, line, sha)
         }
         Value::Table(t) => match t.raw_get::<Value>("err") {
             Ok(Value::String(e)) => {
-                format!("{} {}", String::from_utf8_lossy(&e.as_bytes()), at(line))
+                format!(
+                    "{} {}",
+                    String::from_utf8_lossy(&e.as_bytes()),
+                    failed_at(sha, line)
+                )
             }
             _ => format!(
                 "ERR the script raised a table with no 'err' field {}",
-                at(line)
+                failed_at(sha, line)
             ),
         },
-        Value::Number(n) => format!("ERR {} {}", format_g(*n, 14), at(line)),
-        Value::Integer(n) => format!("ERR {n} {}", at(line)),
-        Value::Nil => format!("ERR nil {}", at(line)),
+        Value::Number(n) => format!("ERR {} {}", format_g(*n, 14), failed_at(sha, line)),
+        Value::Integer(n) => format!("ERR {n} {}", failed_at(sha, line)),
+        Value::Nil => format!("ERR nil {}", failed_at(sha, line)),
         other => format!(
             "ERR the script raised a {} value {}",
             other.type_name(),
-            at(line)
+            failed_at(sha, line)
         ),
     }
 }
@@ -921,18 +922,7 @@ fn failure(v: &Value, line: Option<usize>, raised: Option<&str>, sha: &Bytes) ->
 /// The error reply of a script that failed in Rust or outside its own code, in Redis 7's words:
 /// the error, then which script and line.
 fn script_error(err: &mlua::Error, sha: &Bytes) -> String {
-    let sha = String::from_utf8_lossy(sha);
-    let text = lua_message(err);
-    let text = text.lines().next().unwrap_or("").to_string();
-    let line = text
-        .strip_prefix("user_script:")
-        .and_then(|t| t.split_once(':'))
-        .and_then(|(n, _)| n.parse::<usize>().ok());
-    let text = text.strip_prefix("ERR ").unwrap_or(&text);
-    match line {
-        Some(line) => format!("ERR {text} script: {sha}, on @user_script:{line}."),
-        None => format!("ERR {text} script: {sha}, on @user_script."),
-    }
+    error_text_reply(&lua_message(err), None, sha)
 }
 
 /// Sets the global `name` (raw: the globals are read-only to scripts) to a new array of
