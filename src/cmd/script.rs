@@ -1006,7 +1006,10 @@ fn call_command(
     if e.read_only && spec.props.contains(Flags::WRITE) {
         return Reply::err("ERR Write commands are not allowed from read-only scripts.");
     }
-    let cmd = match super::parse(req, &RuleSet::default()) {
+    // Commands from scripts take inline limits only (no named rules), as they parse the same on
+    // every replica; an empty set built once, not a hash map seeded per call.
+    static NO_RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
+    let cmd = match super::parse(req, NO_RULES.get_or_init(RuleSet::default)) {
         Err(err) => return Reply::Error(err.message().into()),
         Ok(Parsed::Keyed { route, cmd }) => {
             if matches!(cmd, KeyCmd::Eval(_)) {
