@@ -423,12 +423,9 @@ CG_REQUESTS=${CG_REQUESTS:-$((QUICK == 1 ? 10000 : 50000))}
 CG_TABLE="(not measured: valgrind is not installed, or CALLGRIND=0)"
 if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null && command -v callgrind_control >/dev/null; then
     log "instructions per request under callgrind ($CG_REQUESTS requests per workload)"
-    if cg_out=$(timeout 1800 bash "$BENCHES/cpu.sh" --bin "$BIN" --reps 0 --callgrind \
-        --callgrind-requests "$CG_REQUESTS" --only ping,incr_rand,throttle_rand,evalsha_rand 2>&1); then
-        CG_TABLE=$(printf '%s\n' "$cg_out" | grep '^|' | awk -F'|' 'BEGIN { OFS = "|" }
-            NR == 1 { print "| workload | bucketd instructions | Redis instructions | bucketd / Redis |"; next }
-            NR == 2 { print "|---|---:|---:|---:|"; next }
-            { print "", $2, $6, $7, $8, "" }')
+    if cg_out=$(timeout 1800 bash "$BENCHES/instructions.sh" --bin "$BIN" \
+        --requests "$CG_REQUESTS" --only ping,incr_rand,throttle_rand,evalsha_rand 2>&1); then
+        CG_TABLE=$(printf '%s\n' "$cg_out" | grep '^|')
     else
         CG_TABLE="(callgrind run failed: $(printf '%s' "$cg_out" | tail -1))"
     fi
@@ -624,7 +621,7 @@ EOF
 ## Instructions per request (callgrind)
 
 User-space instructions each server runs per request, counted by valgrind's callgrind over
-$CG_REQUESTS requests after a warm-up (\`benches/cpu.sh --callgrind\`: pipeline 16, 50 clients,
+$CG_REQUESTS requests after a warm-up (\`benches/instructions.sh\`: pipeline 16, 50 clients,
 one million random keys; CL.THROTTLE is set beside Redis's INCR). Unlike timings they do not
 move with the machine's load; they leave out the kernel's share (the socket work, about the
 same for both servers).
