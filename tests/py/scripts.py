@@ -8,6 +8,7 @@ With --cluster, BUCKETD_PORT is one node of a bucketd cluster, reached through r
 cluster client (RedisCluster), which routes each call to the leader of its key's slot.
 """
 
+import os
 import sys
 import threading
 
@@ -36,26 +37,16 @@ def bucketd():
         return RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
     return redis.Redis(port=port, socket_timeout=10)
 
-# README's token bucket, reading the time with TIME.
-TOKEN_BUCKET = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local capacity, rate, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens, ts = tonumber(b[1]) or capacity, tonumber(b[2]) or now
-tokens = math.min(capacity, tokens + (now - ts) * rate / 1000)
-local allowed = tokens >= cost
-if allowed then tokens = tokens - cost end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
-redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / rate * 1000))
-return { allowed and 1 or 0, math.floor(tokens) }
-"""
+# README's token bucket, reading the time with TIME (shared with the cluster tests).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "token_bucket.lua")) as f:
+    TOKEN_BUCKET = f.read()
 
 # The same bucket with the caller's clock: `now_ms` is ARGV[4].
 TOKEN_BUCKET_NOW = TOKEN_BUCKET.replace(
     "local t = redis.call('TIME')\nlocal now = t[1] * 1000 + math.floor(t[2] / 1000)\n",
     "local now = tonumber(ARGV[4])\n",
 )
+assert "ARGV[4]" in TOKEN_BUCKET_NOW, "the now_ms variant must replace the TIME lines"
 
 FIXED_WINDOW = """
 local n = redis.call('INCR', KEYS[1])
