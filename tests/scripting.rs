@@ -330,26 +330,12 @@ async fn limiter_scripts_through_redis_py_match_redis() {
         .await
         .expect("node starts");
         let redis = RealRedis::start().await;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scripts.py");
-        let out = tokio::time::timeout(
+        common::run_py_script(
+            "scripts.py",
+            &[node.addr.port().to_string(), redis.addr.port().to_string()],
             std::time::Duration::from_secs(90),
-            tokio::process::Command::new("python3")
-                .arg(script)
-                .arg(node.addr.port().to_string())
-                .arg(redis.addr.port().to_string())
-                .kill_on_drop(true)
-                .output(),
         )
-        .await
-        .expect("scripts.py finishes within 90 s")
-        .expect("python3 runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        println!("{stdout}");
-        assert!(
-            out.status.success(),
-            "scripts.py failed\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .await;
         node.shutdown().await;
     })
     .await;

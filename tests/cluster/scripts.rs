@@ -89,27 +89,12 @@ async fn limiter_scripts_through_redis_py_on_a_cluster_match_redis() {
         c.wait_balanced(SECS).await;
         let redis = RealRedis::start().await;
         let port = c.spec.node(1).expect("node 1").port.to_string();
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/scripts.py");
-        let out = tokio::time::timeout(
+        crate::common::run_py_script(
+            "scripts.py",
+            &[port, redis.addr.port().to_string(), "--cluster".into()],
             Duration::from_secs(120),
-            tokio::process::Command::new("python3")
-                .arg(script)
-                .arg(&port)
-                .arg(redis.addr.port().to_string())
-                .arg("--cluster")
-                .kill_on_drop(true)
-                .output(),
         )
-        .await
-        .expect("scripts.py finishes within 120 s")
-        .expect("python3 runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        println!("{stdout}");
-        assert!(
-            out.status.success(),
-            "scripts.py --cluster failed\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .await;
         c.stop_all().await;
     })
     .await;

@@ -610,6 +610,30 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
+/// Runs `tests/py/NAME` with `args` under python3, for at most `limit`, and fails the test with
+/// its output unless it exits with success. Its output is printed (shown when a test fails).
+pub async fn run_py_script(name: &str, args: &[String], limit: Duration) {
+    let script = format!("{}/tests/py/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::time::timeout(
+        limit,
+        tokio::process::Command::new("python3")
+            .arg(&script)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{name} {args:?} did not finish within {limit:?}"))
+    .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Whether python3 with the `redis` module (redis-py) can be run.
 pub fn python_with_redis() -> bool {
     std::process::Command::new("python3")
