@@ -16,9 +16,11 @@ use crate::cluster::spec::{ClusterSpec, NodeSpec};
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
 use crate::cluster::transport::{
     self, CallError, Faults, GroupSnapshotWire, Handler, Network, PeerError, Rpc, RpcOk,
+    ScriptsChange,
 };
 use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal, TypeConfig};
 use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::script::{MAX_SCRIPT_BYTES, ScriptCache, sha1_hex};
 use crate::error::StartError;
 use crate::shard::{ShardHandle, ShardMsg};
 use crate::shutdown::Shutdown;
@@ -38,6 +40,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::oneshot;
+
+/// How long a member may take to make a script cache change another member shares.
+const SCRIPTS_WAIT: Duration = Duration::from_secs(1);
 
 /// How one node joins a cluster.
 #[derive(Debug, Clone)]
@@ -70,6 +75,8 @@ pub struct ClusterSettings {
     pub join: Option<String>,
     /// How peer connections authenticate (a cluster secret, mutual TLS, or neither).
     pub security: transport::PeerSecurity,
+    /// The node's script cache, which SCRIPT LOAD and SCRIPT FLUSH on any member change.
+    pub(crate) scripts: Arc<ScriptCache>,
 }
 
 impl ClusterSettings {
@@ -96,6 +103,7 @@ impl ClusterSettings {
             joined: false,
             join: None,
             security: transport::PeerSecurity::default(),
+            scripts: Arc::default(),
         }
     }
 }
@@ -301,6 +309,7 @@ pub struct Cluster {
     /// heard in ms since `born`).
     remote_leaders: std::sync::Mutex<Vec<(NodeId, u64, u64)>>,
     joined: bool,
+    scripts: Arc<ScriptCache>,
 }
 
 /// One group's replica on this node, for the metrics.
@@ -448,6 +457,7 @@ impl Cluster {
             moving: std::sync::Mutex::new(std::collections::HashSet::new()),
             remote_leaders: std::sync::Mutex::new(vec![(0, 0, 0); all]),
             joined: settings.joined,
+            scripts: settings.scripts.clone(),
         });
 
         // The metadata group first: it says which groups this node holds now (a restarted
@@ -863,6 +873,44 @@ impl Cluster {
     /// leaderships by hand).
     pub fn set_balancing(&self, on: bool) {
         self.balancing.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes a client's change to the script cache on every other member that is up, and
+    /// waits (at most `SCRIPTS_WAIT` each, all at once) until they made it: a client that
+    /// loaded a script through this node then finds it on whichever node leads its keys. A
+    /// member that is down or does not answer in time misses it, and its clients get
+    /// `NOSCRIPT` and load the script again, as after a Redis failover.
+    pub(crate) async fn share_scripts(&self, change: ScriptsChange) {
+        let mut calls = tokio::task::JoinSet::new();
+        for n in self.nodes() {
+            if n.id == self.me || !self.is_up(n.id) {
+                continue;
+            }
+            let net = self.net.clone();
+            let rpc = Rpc::Scripts(change.clone());
+            calls.spawn(async move { (n.id, net.call(n.id, 0, rpc, SCRIPTS_WAIT).await) });
+        }
+        while let Some(done) = calls.join_next().await {
+            match done {
+                Ok((_, Ok(RpcOk::Scripts))) => {}
+                Ok((peer, Ok(_))) => tracing::warn!(peer, "unexpected answer to a script change"),
+                Ok((peer, Err(e))) => tracing::warn!(peer, "script change not shared: {e}"),
+                Err(e) => tracing::warn!("script change not shared: {e}"),
+            }
+        }
+    }
+
+    /// A script cache change another member shares (see `share_scripts`).
+    fn apply_scripts(&self, change: ScriptsChange) {
+        match change {
+            ScriptsChange::Load(body) => {
+                if body.len() <= MAX_SCRIPT_BYTES {
+                    let body = bytes::Bytes::from(body);
+                    self.scripts.insert(sha1_hex(&body), body);
+                }
+            }
+            ScriptsChange::Flush => self.scripts.clear(),
+        }
     }
 
     /// Whether node `id` is this node, or was heard from recently.
@@ -1289,6 +1337,10 @@ impl Handler for PeerHandler {
             Rpc::Ping(ping) => {
                 cluster.note_leads(ping.from, &ping.leads);
                 Ok(RpcOk::Ping(cluster.quiet.on_ping(&cluster, &ping)))
+            }
+            Rpc::Scripts(change) => {
+                cluster.apply_scripts(change);
+                Ok(RpcOk::Scripts)
             }
             Rpc::Forward(cmds) => cluster
                 .propose_local(group, cmds)

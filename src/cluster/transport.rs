@@ -127,6 +127,18 @@ pub enum Rpc {
     Forward(Vec<KeyCmd>),
     /// The node-level ping (its group id is not used).
     Ping(Ping),
+    /// A change to the script cache, made on every member (its group id is not used).
+    Scripts(ScriptsChange),
+}
+
+/// What a client did to the script cache on one node, for every other node to do as well:
+/// the scripts are the cluster's, so a script loaded through any node runs on every one.
+#[derive(Clone, Serialize, Deserialize)]
+pub enum ScriptsChange {
+    /// SCRIPT LOAD: the script's text.
+    Load(Vec<u8>),
+    /// SCRIPT FLUSH.
+    Flush,
 }
 
 /// A snapshot as it travels (openraft's `Snapshot` is not itself serializable).
@@ -144,6 +156,7 @@ pub enum RpcOk {
     TransferLeader(TransferLeaderResponse<TypeConfig>),
     Forward(Vec<Reply>),
     Ping(PingAck),
+    Scripts,
 }
 
 /// Why a peer answered a request with an error instead of a result. It travels back in the

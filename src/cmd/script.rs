@@ -19,6 +19,7 @@ use super::keyed::{ExecStats, KeyCmd, Reply, encode, execute};
 use super::node::{Failure, msg as fail};
 use super::table::{CommandSpec, Flags, Parser, command, lookup};
 use super::{Finish, NodeCmd, ParseError, Parsed, Trailing, msg};
+use crate::cluster::transport::ScriptsChange;
 use crate::protocol::{ArgError, Args, ReplyWriter, Request};
 use crate::rules::RuleSet;
 use crate::server::conn::Conn;
@@ -224,9 +225,13 @@ fn parse_script(a: &mut Args) -> Result<NodeCmd, ArgError> {
     Ok(NodeCmd::Script(cmd))
 }
 
-/// Runs SCRIPT on this node's cache.
+/// Runs SCRIPT on this node's cache. In a cluster, LOAD and FLUSH are made on every member
+/// before the reply: a script is the cluster's, so a client that loaded it through one node
+/// can run it on whichever node leads its keys, now and after a failover.
 pub(crate) async fn run(c: &mut Conn, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let scripts = &c.node().scripts;
+    let node = c.node();
+    let scripts = &node.scripts;
+    let cluster = node.cluster();
     let mut w = ReplyWriter::new(buf, c.resp3());
     match cmd {
         ScriptCmd::Load(body) => {
@@ -236,7 +241,12 @@ pub(crate) async fn run(c: &mut Conn, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Resu
             if let Err(e) = check_compiles(&body) {
                 return Err(fail(e));
             }
-            scripts.insert(sha.clone(), body);
+            scripts.insert(sha.clone(), body.clone());
+            if let Some(cluster) = cluster {
+                cluster
+                    .share_scripts(ScriptsChange::Load(body.to_vec()))
+                    .await;
+            }
             w.bulk(&sha);
         }
         ScriptCmd::Exists(shas) => {
@@ -247,6 +257,9 @@ pub(crate) async fn run(c: &mut Conn, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Resu
         }
         ScriptCmd::Flush => {
             scripts.clear();
+            if let Some(cluster) = cluster {
+                cluster.share_scripts(ScriptsChange::Flush).await;
+            }
             w.ok();
         }
     }
@@ -264,6 +277,16 @@ struct CacheInner {
     by_sha: AHashMap<Bytes, (Bytes, u64)>,
     bytes: usize,
     next: u64,
+}
+
+impl std::fmt::Debug for ScriptCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = crate::sync::lock(&self.inner);
+        f.debug_struct("ScriptCache")
+            .field("scripts", &c.by_sha.len())
+            .field("bytes", &c.bytes)
+            .finish()
+    }
 }
 
 impl ScriptCache {

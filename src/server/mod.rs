@@ -182,7 +182,7 @@ pub async fn start(
         client_buffer_bytes: AtomicUsize::new(0),
         last_trim_ms: AtomicU64::new(0),
         tls_acceptor: tls.as_ref().map(|(_, a)| a.clone()),
-        scripts: Default::default(),
+        scripts: Arc::default(),
         rls,
     });
     let mut threads = Vec::with_capacity(n);
@@ -216,7 +216,8 @@ pub async fn start(
             .map_err(StartError::ShardThread)?;
         threads.push(t);
     }
-    if let Some(cs) = cluster_settings {
+    if let Some(mut cs) = cluster_settings {
+        cs.scripts = node.scripts.clone();
         // The shard threads must already run: replaying the log applies entries through them.
         // The cluster's rules replace the node's own as the metadata applies them. Weak: the
         // node holds the cluster.

@@ -121,7 +121,7 @@ pub struct Node {
     /// What takes TLS clients through their handshake, when the node has a TLS port.
     pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     /// The Lua scripts this node knows, for EVALSHA.
-    pub(crate) scripts: crate::cmd::script::ScriptCache,
+    pub(crate) scripts: Arc<crate::cmd::script::ScriptCache>,
     /// Envoy's rate limit service, when it is configured.
     pub(crate) rls: Option<Arc<crate::rls::Rls>>,
 }

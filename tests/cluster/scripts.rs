@@ -20,6 +20,12 @@ fn decision(r: &Resp) -> (i64, i64) {
     }
 }
 
+/// SCRIPT EXISTS sha, asked of node `id` itself.
+async fn script_exists(c: &TestCluster, id: u64, sha: &str) -> i64 {
+    let mut conn = Conn::connect(&c.addr(id)).await.expect("connect");
+    conn.must(&["SCRIPT", "EXISTS", sha]).await.array()[0].int()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_it() {
     bounded(async {
@@ -46,12 +52,22 @@ async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_i
             )
             .await;
         }
-        // EVALSHA after SCRIPT LOAD on every node, as a cluster client that loads its scripts
-        // does; a cost of 0 only reads, so a retried call changes nothing.
-        let mut sha = String::new();
+        // SCRIPT LOAD through one node loads the script on every node before it answers, so
+        // EVALSHA runs wherever the key's leader is; a cost of 0 only reads, so a retried call
+        // changes nothing.
+        let loader = c
+            .ids()
+            .into_iter()
+            .find(|&id| id != leader)
+            .expect("a follower");
+        let mut conn = Conn::connect(&c.addr(loader)).await.expect("connect");
+        let sha = conn.must(&["SCRIPT", "LOAD", TOKEN_BUCKET]).await.text();
         for id in c.ids() {
-            let mut conn = Conn::connect(&c.addr(id)).await.expect("connect");
-            sha = conn.must(&["SCRIPT", "LOAD", TOKEN_BUCKET]).await.text();
+            assert_eq!(
+                script_exists(&c, id, &sha).await,
+                1,
+                "node {id} knows the script"
+            );
         }
         let (r, _) = client
             .call(&["EVALSHA", &sha, "1", KEY, "3", "1", "0"], SERVE)
@@ -73,6 +89,17 @@ async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_i
             .call(&["EVALSHA", &sha, "1", KEY, "3", "1", "1"], SERVE)
             .await;
         assert_eq!(decision(&r), (1, 1), "two refilled, one taken");
+        // SCRIPT FLUSH through one node empties every node's cache.
+        let up: Vec<_> = c.ids().into_iter().filter(|&id| id != leader).collect();
+        let mut conn = Conn::connect(&c.addr(up[0])).await.expect("connect");
+        conn.must(&["SCRIPT", "FLUSH"]).await;
+        for &id in &up {
+            assert_eq!(
+                script_exists(&c, id, &sha).await,
+                0,
+                "node {id} forgot the script"
+            );
+        }
         c.stop_all().await;
     })
     .await;

@@ -18,19 +18,6 @@ from redis.cluster import RedisCluster
 CLUSTER = "--cluster" in sys.argv[3:]
 
 
-def load(r, script):
-    """SCRIPT LOAD; on a cluster on every node. redis-py sends SCRIPT LOAD to the nodes it takes
-    for primaries, and a bucketd node leads some slot ranges while it follows in others, so
-    redis-py takes only one of them for a primary."""
-    if CLUSTER:
-        return r.execute_command("SCRIPT LOAD", script, target_nodes=RedisCluster.ALL_NODES)
-    return r.script_load(script)
-
-
-def flush_scripts(r):
-    r.script_flush()
-
-
 def bucketd():
     port = int(sys.argv[1])
     if CLUSTER:
@@ -76,11 +63,6 @@ def main():
     calls = [(1_700_000_000_000 + dt, cost) for dt, cost in
              [(0, 1), (0, 3), (10, 4), (20, 5), (120, 1), (1000, 2), (1001, 9), (5000, 1)]]
     replies = {}
-    if CLUSTER:
-        # redis-py's register_script falls back to SCRIPT LOAD on the nodes it takes for
-        # primaries only (see `load`): the scripts are loaded on every node first.
-        for script in (TOKEN_BUCKET_NOW, TOKEN_BUCKET):
-            load(ours, script)
     for name, r in (("bucketd", ours), ("redis", theirs)):
         bucket = r.register_script(TOKEN_BUCKET_NOW)
         replies[name] = [bucket(keys=["tb:now"], args=[10, 2, cost, now]) for now, cost in calls]
@@ -91,7 +73,7 @@ def main():
     # EVALSHA after SCRIPT LOAD, the fixed window.
     seen = {}
     for name, r in (("bucketd", ours), ("redis", theirs)):
-        sha = load(r, FIXED_WINDOW) if r is ours else r.script_load(FIXED_WINDOW)
+        sha = r.script_load(FIXED_WINDOW)
         seen[name] = (sha, [r.evalsha(sha, 1, "fw:k", 3, 60000) for _ in range(5)])
     check("fixed window by EVALSHA: same replies", seen["bucketd"] == seen["redis"], f"{seen}")
 
@@ -103,13 +85,24 @@ def main():
     check("token bucket with TIME: same decisions", burst["bucketd"] == burst["redis"], f"{burst}")
     check("token bucket with TIME: 5 of 8 admitted", sum(burst["bucketd"]) == 5, f"{burst}")
 
-    # register_script loads the script again when it is not known (after SCRIPT FLUSH); on a
-    # cluster only where redis-py sends SCRIPT LOAD (see `load`), so not checked there.
-    if not CLUSTER:
-        flush_scripts(ours)
-        bucket = ours.register_script(TOKEN_BUCKET)
-        first = bucket(keys=["tb:flushed"], args=[3, 1 / 60, 1])
-        check("register_script after SCRIPT FLUSH", first == [1, 2], f"{first}")
+    # register_script loads the script again when it is not known (after SCRIPT FLUSH). On a
+    # cluster redis-py sends SCRIPT FLUSH and SCRIPT LOAD to the nodes it takes for primaries,
+    # and it takes only one bucketd node for one (each leads some slot ranges and follows in
+    # the others): the script must then run on the keys of every node all the same.
+    ours.script_flush()
+    keys = ["tb:flushed"]
+    if CLUSTER:
+        by_node = {}
+        for i in range(1000):
+            key = f"tb:flushed:{i}"
+            node = ours.nodes_manager.get_node_from_slot(ours.keyslot(key)).name
+            by_node.setdefault(node, key)
+        keys = sorted(by_node.values())
+        check("flushed keys cover every node", len(keys) == len(ours.get_nodes()), f"{by_node}")
+    bucket = ours.register_script(TOKEN_BUCKET)
+    for key in keys:
+        first = bucket(keys=[key], args=[3, 1 / 60, 1])
+        check(f"register_script after SCRIPT FLUSH ({key})", first == [1, 2], f"{first}")
 
     # Contention: 8 clients racing on one bucket of 20 with a refill of 1 per minute.
     admitted = []
