@@ -223,6 +223,14 @@ impl TestCluster {
         self.spec.nodes.iter().map(|n| n.id).collect()
     }
 
+    /// A node other than `id` (the first by id).
+    pub fn other_than(&self, id: NodeId) -> NodeId {
+        self.ids()
+            .into_iter()
+            .find(|&n| n != id)
+            .expect("a cluster of more than one node")
+    }
+
     /// Ids of the nodes that are running.
     pub fn running(&self) -> Vec<NodeId> {
         self.ids()

@@ -55,11 +55,7 @@ async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_i
         // SCRIPT LOAD through one node loads the script on every node before it answers, so
         // EVALSHA runs wherever the key's leader is; a cost of 0 only reads, so a retried call
         // changes nothing.
-        let loader = c
-            .ids()
-            .into_iter()
-            .find(|&id| id != leader)
-            .expect("a follower");
+        let loader = c.other_than(leader);
         let mut conn = Conn::connect(&c.addr(loader)).await.expect("connect");
         let sha = conn.must(&["SCRIPT", "LOAD", TOKEN_BUCKET]).await.text();
         for id in c.ids() {

@@ -63,11 +63,7 @@ async fn a_transaction_is_one_entry_applied_on_every_replica() {
             "{e:?}"
         );
         // A node that does not lead the group sends the client to the one that does.
-        let other = c
-            .ids()
-            .into_iter()
-            .find(|&id| id != leader)
-            .expect("a follower");
+        let other = c.other_than(leader);
         let mut f = Conn::connect(&c.addr(other)).await.expect("connect");
         f.must(&["MULTI"]).await;
         f.must(&["INCR", KEY]).await;
