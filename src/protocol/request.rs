@@ -245,13 +245,17 @@ impl RequestParser {
         limits: &RequestLimits,
         authed: bool,
     ) -> Result<Option<Request>, ProtocolError> {
-        let Some(end) = find_crlf(buf, 1) else {
-            if buf.len() > MAX_LENGTH_LINE {
-                return perr("too big mbulk count string");
-            }
-            return Ok(None);
+        let (end, count) = match length_line(buf, 1) {
+            Some((end, n)) => (end, Some(n)),
+            None => match find_crlf(buf, 1) {
+                Some(end) => (end, parse_len(&buf[1..end])),
+                None if buf.len() > MAX_LENGTH_LINE => {
+                    return perr("too big mbulk count string");
+                }
+                None => return Ok(None),
+            },
         };
-        let count = match parse_len(&buf[1..end]) {
+        let count = match count {
             Some(n) if !authed && n > PREAUTH_MAX_ARGS => {
                 return perr("unauthenticated multibulk length");
             }
@@ -291,13 +295,17 @@ impl RequestParser {
             if buf[pos] != b'$' {
                 return perr(format!("expected '$', got '{}'", char::from(buf[pos])));
             }
-            let Some(line_end) = find_crlf(buf, pos + 1) else {
-                if buf.len() - pos > MAX_LENGTH_LINE {
-                    return perr("invalid bulk length");
-                }
-                return self.wait_multi(buf, limits, left, pos, req);
+            let (line_end, len) = match length_line(buf, pos + 1) {
+                Some((end, n)) => (end, Some(n)),
+                None => match find_crlf(buf, pos + 1) {
+                    Some(end) => (end, parse_len(&buf[pos + 1..end])),
+                    None if buf.len() - pos > MAX_LENGTH_LINE => {
+                        return perr("invalid bulk length");
+                    }
+                    None => return self.wait_multi(buf, limits, left, pos, req),
+                },
             };
-            let len = match parse_len(&buf[pos + 1..line_end]) {
+            let len = match len {
                 Some(n) if !authed && n > PREAUTH_MAX_BULK => {
                     return perr("unauthenticated bulk length");
                 }
@@ -412,6 +420,28 @@ thread_local! {
 fn note_scanned(_n: usize) {
     #[cfg(test)]
     SCANNED.with(|c| c.set(c.get() + _n));
+}
+
+/// The common length line, read in one pass: digits from `from` up to a CRLF that is
+/// already buffered. Returns where the CR is and the value; `None` for anything else (a sign,
+/// another byte, a line not yet complete, more digits than `parse_len` takes), which the
+/// general path (`find_crlf`, then `parse_len`) then handles with its own answers.
+#[inline(always)]
+fn length_line(buf: &[u8], from: usize) -> Option<(usize, i64)> {
+    let mut v: i64 = 0;
+    let mut i = from;
+    while let Some(&c) = buf.get(i) {
+        if !c.is_ascii_digit() {
+            break;
+        }
+        if i - from == 18 {
+            return None;
+        }
+        v = v * 10 + i64::from(c - b'0');
+        i += 1;
+    }
+    note_scanned(i - from + 2);
+    (i > from && buf.get(i) == Some(&b'\r') && buf.get(i + 1) == Some(&b'\n')).then_some((i, v))
 }
 
 /// Parses a decimal integer as Redis does for lengths: optional '-', digits only.
