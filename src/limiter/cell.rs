@@ -88,16 +88,37 @@ impl std::error::Error for CellError {}
 /// Parses one numeric argument as redis-cell does (Rust's `i64` parser: an optional `+` or `-`,
 /// then ASCII digits, leading zeros allowed).
 pub fn parse_arg(arg: &[u8]) -> Result<i64, CellError> {
-    std::str::from_utf8(arg)
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or_else(|| {
-            // The module hands its message to Redis as a C string (cut at the first NUL), and
-            // Redis trims line breaks at its end.
-            let text = String::from_utf8_lossy(arg);
-            let text = text.split('\0').next().unwrap_or("");
-            CellError::NotInteger(text.trim_end_matches(['\r', '\n']).to_string())
-        })
+    parse_i64(arg).ok_or_else(|| {
+        // The module hands its message to Redis as a C string (cut at the first NUL), and
+        // Redis trims line breaks at its end.
+        let text = String::from_utf8_lossy(arg);
+        let text = text.split('\0').next().unwrap_or("");
+        CellError::NotInteger(text.trim_end_matches(['\r', '\n']).to_string())
+    })
+}
+
+/// What `str::parse::<i64>` accepts, read from the bytes as they are (no UTF-8 check first:
+/// a byte that is not an ASCII digit fails either way): an optional `+` or `-`, then at least
+/// one digit, the value within `i64`.
+fn parse_i64(arg: &[u8]) -> Option<i64> {
+    let (neg, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        let d = i64::from(c.wrapping_sub(b'0'));
+        if !(0..10).contains(&d) {
+            return None;
+        }
+        // Accumulated on the negative side, which holds i64::MIN.
+        v = v.checked_mul(10)?.checked_sub(d)?;
+    }
+    if neg { Some(v) } else { v.checked_neg() }
 }
 
 /// The emission interval in ns, computed as redis-cell does: through `f64`, truncated and
@@ -252,6 +273,57 @@ mod tests {
     const SEC: u64 = 1_000_000_000;
     const MS: u64 = 1_000_000;
     const NOW: u64 = 1_700_000_000 * SEC;
+
+    /// Arguments are read as Rust's own i64 parser reads them, byte for byte.
+    #[test]
+    fn arguments_parse_as_rusts_i64_parser_does() {
+        let rust = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+        };
+        let cases: &[&[u8]] = &[
+            b"0",
+            b"7",
+            b"+7",
+            b"-7",
+            b"007",
+            b"-0",
+            b"+",
+            b"-",
+            b"",
+            b"+-1",
+            b"--1",
+            b" 1",
+            b"1 ",
+            b"1.0",
+            b"1e3",
+            b"9223372036854775807",
+            b"9223372036854775808",
+            b"-9223372036854775808",
+            b"-9223372036854775809",
+            b"+9223372036854775807",
+            b"00000000000000000000000000042",
+            b"\xff1",
+            b"1\0",
+            "\u{661}".as_bytes(),
+        ];
+        for &c in cases {
+            assert_eq!(parse_i64(c), rust(c), "{:?}", String::from_utf8_lossy(c));
+        }
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let len = (rng % 22) as usize;
+            let alphabet = b"0123456789+-9 x";
+            let b: Vec<u8> = (0..len)
+                .map(|i| alphabet[((rng >> (i * 3 % 60)) % alphabet.len() as u64) as usize])
+                .collect();
+            assert_eq!(parse_i64(&b), rust(&b), "{:?}", String::from_utf8_lossy(&b));
+        }
+    }
 
     fn args(max_burst: i64, count: i64, period_s: i64, quantity: i64) -> CellArgs {
         CellArgs {
