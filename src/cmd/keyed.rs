@@ -622,8 +622,5 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
 }
 
 fn write_limit(w: &mut ReplyWriter, l: &LimitReply) {
-    w.array(5);
-    for v in l {
-        w.int(*v);
-    }
+    w.int_array(l);
 }
