@@ -36,8 +36,12 @@ pub struct Store {
     /// Sum of the sampled TTLs (ns) and their number, over the sweep's current round.
     ttl_sample: (u128, u64),
     scratch: Vec<u8>,
-    /// The hashes of a batch's keys while `prefetch` runs (kept to reuse the allocation).
-    hashes: Vec<u64>,
+    /// Per command of the batch being run, from `prefetch`: the address and length of its
+    /// key and the key's hash, so the command's own lookup need not hash it again. Cleared
+    /// when the batch ends (`end_batch`).
+    hashes: Vec<(usize, usize, u64)>,
+    /// The batch's command now running (`running`), an index into `hashes`.
+    running: usize,
 }
 
 impl Store {
@@ -65,6 +69,7 @@ impl Store {
             ttl_sample: (0, 0),
             scratch: Vec::new(),
             hashes: Vec::new(),
+            running: 0,
         }
     }
 
@@ -301,6 +306,34 @@ mod tests {
     fn value_of(s: &Store, k: &[u8], now: u64) -> Option<(String, u64)> {
         s.get(k, now)
             .map(|e| (format!("{:?}", e.value), e.expires_at))
+    }
+
+    /// A batch's lookups take the hash `prefetch` computed only for the running command's own
+    /// key: another key, even one starting at the same address, is hashed for itself.
+    #[test]
+    fn prefetched_hashes_serve_only_the_running_commands_own_key() {
+        let mut s = Store::new(0, 0);
+        let now = 1;
+        let wire = b"abcdef".to_vec();
+        let (abc, ab, def) = (&wire[..3], &wire[..2], &wire[3..]);
+        put(&mut s, b"ab", Value::Int(2), 0, now).unwrap();
+        s.prefetch([Some(abc), None, Some(def)].into_iter());
+        s.running(0);
+        put(&mut s, abc, Value::Int(3), 0, now).unwrap();
+        // The same address, a shorter key: found under its own hash.
+        assert_eq!(value_of(&s, ab, now), Some(("Int(2)".into(), 0)));
+        s.running(1);
+        put(&mut s, def, Value::Int(6), 0, now).unwrap();
+        s.running(2);
+        assert_eq!(value_of(&s, abc, now), Some(("Int(3)".into(), 0)));
+        s.end_batch();
+        for (k, v) in [(&b"ab"[..], 2), (b"abc", 3), (b"def", 6)] {
+            assert_eq!(
+                value_of(&s, &k.to_vec(), now),
+                Some((format!("Int({v})"), 0))
+            );
+        }
+        assert_eq!(s.len(), 3);
     }
 
     #[test]
