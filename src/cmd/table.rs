@@ -245,6 +245,14 @@ pub(crate) fn index_of(name: &[u8]) -> Option<usize> {
     if name.len() > MAX_NAME {
         return None;
     }
+    // A pipeline mostly repeats one command, spelled the same way each time: the last name
+    // this thread found is compared first, byte for byte, before the lowercasing and the map.
+    let mut spelled = [0u8; MAX_NAME];
+    spelled[..name.len()].copy_from_slice(name);
+    let last = LAST_FOUND.get();
+    if last.len as usize == name.len() && last.name == spelled {
+        return Some(last.index);
+    }
     let mut lower = [0u8; MAX_NAME];
     let lower = &mut lower[..name.len()];
     lower.copy_from_slice(name);
@@ -256,7 +264,34 @@ pub(crate) fn index_of(name: &[u8]) -> Option<usize> {
             .map(|(i, c)| (c.name.as_bytes(), i))
             .collect()
     });
-    index.get(&lower[..]).copied()
+    let found = index.get(&lower[..]).copied();
+    if let Some(index) = found {
+        LAST_FOUND.set(LastFound {
+            name: spelled,
+            len: name.len() as u8,
+            index,
+        });
+    }
+    found
+}
+
+/// The last command name `index_of` found on this thread, as it was spelled.
+#[derive(Clone, Copy)]
+struct LastFound {
+    name: [u8; MAX_NAME],
+    len: u8,
+    index: usize,
+}
+
+thread_local! {
+    static LAST_FOUND: std::cell::Cell<LastFound> = const {
+        std::cell::Cell::new(LastFound {
+            name: [0; MAX_NAME],
+            // No name is this long: nothing matches until a name has been found.
+            len: u8::MAX,
+            index: 0,
+        })
+    };
 }
 
 /// True if `argc` (including the command name) fits the spec's arity.
@@ -348,6 +383,32 @@ mod tests {
         assert_eq!(index_of(b"nosuchcommand"), None);
         assert_eq!(index_of(b""), None);
         assert_eq!(index_of(&[b'g'; 100]), None);
+    }
+
+    /// The last name found is remembered: a repeat, a prefix of it, a name it is a prefix of,
+    /// another case or an unknown name right after it are all answered as on their own.
+    #[test]
+    fn lookups_in_any_order_find_what_each_finds_alone() {
+        let names: Vec<String> = COMMANDS
+            .iter()
+            .flat_map(|c| {
+                let n = c.name.to_string();
+                let mut v = vec![n.clone(), n.clone(), n.to_ascii_uppercase()];
+                if n.len() > 1 {
+                    v.push(n[..n.len() - 1].to_string());
+                }
+                v.push(format!("{n}x"));
+                v
+            })
+            .chain(["".to_string(), "nosuchcommand".to_string()])
+            .collect();
+        let alone = |n: &str| COMMANDS.iter().position(|c| c.name.eq_ignore_ascii_case(n));
+        for n in &names {
+            assert_eq!(index_of(n.as_bytes()), alone(n), "{n}");
+        }
+        for n in names.iter().rev() {
+            assert_eq!(index_of(n.as_bytes()), alone(n), "{n}");
+        }
     }
 
     #[test]
