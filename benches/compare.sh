@@ -23,7 +23,10 @@
 #
 # Settings (environment): ROUNDS, N_P1, N_P16, CLIENTS, KEYSPACE, MEM_KEYS, RUN_TIMEOUT, OUT,
 # CALLGRIND (1, the default: also count instructions per request with valgrind), CG_REQUESTS,
-# SERVER_CPU, CLIENT_CPU, and QUIET_PCT / QUIET_WAIT_S / QUIET_BUDGET_S (how long to wait for
+# SERVER_CPU, CLIENT_CPU, BASELINE (the path of another bucketd binary, say one built from an
+# earlier commit: its CL.THROTTLE and INCR then run beside the others in every round, and the
+# CPU table gains their rows, so a change is measured before and after in one run), and
+# QUIET_PCT / QUIET_WAIT_S / QUIET_BUDGET_S (how long to wait for
 # other work on the machine to calm down before each run, per run and in total); cluster mode
 # also IDLE_S (seconds of each idle-CPU measurement), UP_TIMEOUT (seconds each cluster may take
 # to come up), PAUSE_IDLE (1, the default: pause the bucketd nodes while Redis is measured) and
@@ -176,10 +179,10 @@ start_redis() {
 
 # start_bucketd PORT SHARDS PIN(yes|no): sets STARTED_PID.
 start_bucketd() {
-    local port=$1 shards=$2 pin=$3
+    local port=$1 shards=$2 pin=$3 bin=${4:-$BIN}
     local prefix=()
     if [[ $pin == yes ]]; then prefix=(taskset -c "$SERVER_CPU"); fi
-    "${prefix[@]}" "$BIN" --bind "$HOST" --port "$port" --shards "$shards" --log warn \
+    "${prefix[@]}" "$bin" --bind "$HOST" --port "$port" --shards "$shards" --log warn \
         >>"$WORK/bucketd-$port.log" 2>&1 &
     STARTED_PID=$!
     PIDS+=("$STARTED_PID")
@@ -353,6 +356,14 @@ BUCKETD_PORT=$(free_port)
 start_bucketd "$BUCKETD_PORT" 1 yes
 BUCKETD_PID=$STARTED_PID
 log "redis-server pid $REDIS_PID port $REDIS_PORT, bucketd pid $BUCKETD_PID port $BUCKETD_PORT"
+BASELINE=${BASELINE:-}
+if [[ -n $BASELINE ]]; then
+    [[ -x $BASELINE ]] || die "BASELINE=$BASELINE is not an executable"
+    BASE_PORT=$(free_port)
+    start_bucketd "$BASE_PORT" 1 yes "$BASELINE"
+    BASE_PID=$STARTED_PID
+    log "baseline bucketd ($BASELINE) pid $BASE_PID port $BASE_PORT"
+fi
 
 SHA=$(cli "$REDIS_PORT" SCRIPT LOAD "$(cat "$BENCHES/token_bucket.lua")")
 [[ $SHA =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD answered '$SHA'"
@@ -383,6 +394,12 @@ redis_incr() { bench redis:incr "$REDIS_PID" "$REDIS_PORT" "$@" "${INCR_CMD[@]}"
 bd_throttle() { bench bucketd:throttle "$BUCKETD_PID" "$BUCKETD_PORT" "$@" "${THROTTLE_CMD[@]}"; }
 bd_check() { bench bucketd:check "$BUCKETD_PID" "$BUCKETD_PORT" "$@" "${CHECK_CMD[@]}"; }
 bd_incr() { bench bucketd:incr "$BUCKETD_PID" "$BUCKETD_PORT" "$@" "${INCR_CMD[@]}"; }
+# The baseline build's runs, when there is one.
+base_runs() {
+    [[ -n $BASELINE ]] || return 0
+    bench baseline:throttle "$BASE_PID" "$BASE_PORT" "$@" "${THROTTLE_CMD[@]}"
+    bench baseline:incr "$BASE_PID" "$BASE_PORT" "$@" "${INCR_CMD[@]}"
+}
 
 log "throughput: $ROUNDS round(s), $CLIENTS clients, keys over $KEYSPACE, P1 n=$N_P1, P16 n=$N_P16"
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -395,6 +412,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
             bd_ping "${args[@]}"
             redis_eval "${args[@]}"
             bd_eval "${args[@]}"
+            base_runs "${args[@]}"
             bd_throttle "${args[@]}"
             bd_check "${args[@]}"
             redis_incr "${args[@]}"
@@ -408,11 +426,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
             redis_eval "${args[@]}"
             bd_incr "${args[@]}"
             redis_incr "${args[@]}"
+            base_runs "${args[@]}"
         fi
     done
 done
 stop_server "$REDIS_PID"
 stop_server "$BUCKETD_PID"
+[[ -z $BASELINE ]] || stop_server "$BASE_PID"
 
 # ---------------------------------------------------------------------------------------------
 # 1b. Instructions per request under callgrind: steady where timings are not
@@ -555,6 +575,10 @@ stop_server "$TWO_PID"
 # Report
 # ---------------------------------------------------------------------------------------------
 
+BASE_ROWS=()
+if [[ -n $BASELINE ]]; then
+    BASE_ROWS=("baseline build CL.THROTTLE|baseline:throttle" "baseline build INCR|baseline:incr")
+fi
 report() {
     local cpu_model redis_version rev
     cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
@@ -614,7 +638,7 @@ Each request's server CPU time over that of Redis's \`INCR\`, from the same runs
 EOF
     python3 "$BENCHES/report.py" cpu-ratios "$RUNS" "Redis INCR|redis:incr" \
         "bucketd CL.THROTTLE|bucketd:throttle" "bucketd BK.CHECK|bucketd:check" \
-        "bucketd INCR|bucketd:incr" "Redis EVALSHA|redis:evalsha" \
+        "bucketd INCR|bucketd:incr" "${BASE_ROWS[@]}" "Redis EVALSHA|redis:evalsha" \
         "bucketd EVALSHA|bucketd:evalsha" "Redis PING|redis:ping" "bucketd PING|bucketd:ping"
     cat <<EOF
 
