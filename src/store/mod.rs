@@ -328,10 +328,7 @@ mod tests {
         assert_eq!(value_of(&s, abc, now), Some(("Int(3)".into(), 0)));
         s.end_batch();
         for (k, v) in [(&b"ab"[..], 2), (b"abc", 3), (b"def", 6)] {
-            assert_eq!(
-                value_of(&s, &k.to_vec(), now),
-                Some((format!("Int({v})"), 0))
-            );
+            assert_eq!(value_of(&s, k, now), Some((format!("Int({v})"), 0)));
         }
         assert_eq!(s.len(), 3);
     }
