@@ -3,7 +3,7 @@
 # Prints, per target, the executions and the coverage reached; exits non-zero if any target
 # crashes, leaks memory past the RSS limit or hangs (libFuzzer's artifacts land in
 # fuzz/artifacts/<target>/). Needs a nightly toolchain (`cargo +nightly`); installs cargo-fuzz
-# if it is missing. FUZZ_BUILD_ONLY=1 builds the targets and stops there.
+# if it is missing.
 #
 # What a run discovers goes to fuzz/corpus-grown/<target>/ (not committed), so the seeds in
 # fuzz/corpus/<target>/ stay as they are and a later local run starts from both.
@@ -26,9 +26,6 @@ fi
 # Debug assertions stay on, so arithmetic overflow panics too.
 log "building the fuzz targets"
 cargo +nightly fuzz build --sanitizer none
-if [ "${FUZZ_BUILD_ONLY:-0}" = 1 ]; then
-    exit 0
-fi
 
 failed=()
 summary=()
