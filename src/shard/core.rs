@@ -143,7 +143,10 @@ impl ShardCore {
     /// `Store::prefetch`). Small batches gain nothing from it.
     fn prefetch(&mut self, cmds: &[KeyCmd]) {
         if cmds.len() >= PREFETCH_FROM {
-            let keys = cmds.iter().take(PREFETCH_MAX).map(KeyCmd::single_key);
+            let keys = cmds
+                .iter()
+                .take(PREFETCH_MAX)
+                .filter_map(KeyCmd::single_key);
             self.store.prefetch(keys);
         }
     }
@@ -161,13 +164,11 @@ impl ShardCore {
         let mut st = ExecStats::default();
         let mut n = 0u64;
         for c in cmds {
-            self.store.running(n as usize);
             n += 1;
             if !each(keyed::execute(&mut self.store, c.borrow(), now, &mut st)) {
                 break;
             }
         }
-        self.store.end_batch();
         let s = &self.stats;
         s.commands.fetch_add(n, Ordering::Relaxed);
         if st.checks > 0 {

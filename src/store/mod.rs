@@ -36,12 +36,8 @@ pub struct Store {
     /// Sum of the sampled TTLs (ns) and their number, over the sweep's current round.
     ttl_sample: (u128, u64),
     scratch: Vec<u8>,
-    /// Per command of the batch being run, from `prefetch`: the address and length of its
-    /// key and the key's hash, so the command's own lookup need not hash it again. Cleared
-    /// when the batch ends (`end_batch`).
-    hashes: Vec<(usize, usize, u64)>,
-    /// The batch's command now running (`running`), an index into `hashes`.
-    running: usize,
+    /// The hashes of a batch's keys while `prefetch` runs (kept to reuse the allocation).
+    hashes: Vec<u64>,
 }
 
 impl Store {
@@ -69,7 +65,6 @@ impl Store {
             ttl_sample: (0, 0),
             scratch: Vec::new(),
             hashes: Vec::new(),
-            running: 0,
         }
     }
 
@@ -308,25 +303,20 @@ mod tests {
             .map(|e| (format!("{:?}", e.value), e.expires_at))
     }
 
-    /// A batch's lookups take the hash `prefetch` computed only for the running command's own
-    /// key: another key, even one starting at the same address, is hashed for itself.
+    /// A prefetch only warms the cache: lookups after it, of its keys and of a shorter key at
+    /// the same address, find what they would find without it.
     #[test]
-    fn prefetched_hashes_serve_only_the_running_commands_own_key() {
+    fn lookups_after_a_prefetch_find_every_key_by_its_own_bytes() {
         let mut s = Store::new(0, 0);
         let now = 1;
         let wire = b"abcdef".to_vec();
         let (abc, ab, def) = (&wire[..3], &wire[..2], &wire[3..]);
         put(&mut s, b"ab", Value::Int(2), 0, now).unwrap();
-        s.prefetch([Some(abc), None, Some(def)].into_iter());
-        s.running(0);
+        s.prefetch([abc, def].into_iter());
         put(&mut s, abc, Value::Int(3), 0, now).unwrap();
-        // The same address, a shorter key: found under its own hash.
         assert_eq!(value_of(&s, ab, now), Some(("Int(2)".into(), 0)));
-        s.running(1);
         put(&mut s, def, Value::Int(6), 0, now).unwrap();
-        s.running(2);
         assert_eq!(value_of(&s, abc, now), Some(("Int(3)".into(), 0)));
-        s.end_batch();
         for (k, v) in [(&b"ab"[..], 2), (b"abc", 3), (b"def", 6)] {
             assert_eq!(value_of(&s, k, now), Some((format!("Int({v})"), 0)));
         }

@@ -210,29 +210,6 @@ impl Store {
         self.hasher.hash_one(key)
     }
 
-    /// The hash of a key the running command looks up: the one `prefetch` computed when it is
-    /// that command's own key, else computed now.
-    #[inline]
-    fn lookup_hash(&self, key: &[u8]) -> u64 {
-        match self.hashes.get(self.running) {
-            Some(&(addr, len, hash)) if addr == key.as_ptr() as usize && len == key.len() => hash,
-            _ => self.hasher.hash_one(key),
-        }
-    }
-
-    /// Command `i` of the batch given to `prefetch` is about to run.
-    #[inline]
-    pub fn running(&mut self, i: usize) {
-        self.running = i;
-    }
-
-    /// The batch given to `prefetch` is done: its keys' hashes no longer apply (their
-    /// addresses may be reused by anything).
-    #[inline]
-    pub fn end_batch(&mut self) {
-        self.hashes.clear();
-    }
-
     fn partition_of(hash: u64) -> usize {
         (hash >> 58) as usize & (PARTITIONS - 1)
     }
@@ -247,33 +224,17 @@ impl Store {
     /// The first pass reads only control bytes (a probe that compares nothing), and its misses
     /// overlap across keys. The second pass finds those bytes in the cache, reads the slots
     /// (their misses overlap too) and asks for each candidate's record without reading it.
-    ///
-    /// `keys` holds one entry per command of the batch, in order (`None` for a command
-    /// without a single key). The hashes are kept for the commands' own lookups: while
-    /// command `i` runs (`running(i)`), a lookup of the very key it was given (the same bytes
-    /// at the same address, which stay alive as long as the command does) takes its hash from
-    /// here. `end_batch` forgets them.
-    pub fn prefetch<'k>(&mut self, keys: impl Iterator<Item = Option<&'k [u8]>>) {
+    pub fn prefetch<'k>(&mut self, keys: impl Iterator<Item = &'k [u8]>) {
         let mut hashes = std::mem::take(&mut self.hashes);
         hashes.clear();
-        hashes.extend(keys.map(|key| match key {
-            Some(key) => (key.as_ptr() as usize, key.len(), self.hasher.hash_one(key)),
-            None => (0, 0, 0),
-        }));
-        self.running = 0;
+        hashes.extend(keys.map(|key| self.hash(key)));
         // Hashed first, in a loop of their own: the probes then follow each other closely
         // enough that the processor has many of their misses in flight at once.
-        for &(addr, _, hash) in &hashes {
-            if addr == 0 {
-                continue;
-            }
+        for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
             let _ = part.index.find(hash, |_| false);
         }
-        for &(addr, _, hash) in &hashes {
-            if addr == 0 {
-                continue;
-            }
+        for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
             let _ = part.index.find(hash, |&o| {
                 if let Some(rec) = part.arena.get(o as usize..) {
@@ -293,7 +254,7 @@ impl Store {
 
     /// Finds `key`, dropping it first if it has expired.
     pub fn slot<'a>(&'a mut self, key: &'a [u8], now: u64) -> Slot<'a> {
-        let hash = self.lookup_hash(key);
+        let hash = self.hash(key);
         let Store {
             partitions,
             hasher,
@@ -343,7 +304,7 @@ impl Store {
 
     /// Reads `key` without changing anything (an expired key reads as absent).
     pub fn get(&self, key: &[u8], now: u64) -> Option<EntryView<'_>> {
-        let hash = self.lookup_hash(key);
+        let hash = self.hash(key);
         let part = &self.partitions[Self::partition_of(hash)];
         let off = *part
             .index
