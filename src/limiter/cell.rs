@@ -88,37 +88,13 @@ impl std::error::Error for CellError {}
 /// Parses one numeric argument as redis-cell does (Rust's `i64` parser: an optional `+` or `-`,
 /// then ASCII digits, leading zeros allowed).
 pub fn parse_arg(arg: &[u8]) -> Result<i64, CellError> {
-    parse_i64(arg).ok_or_else(|| {
+    crate::protocol::args::parse_i64_signed(arg).ok_or_else(|| {
         // The module hands its message to Redis as a C string (cut at the first NUL), and
         // Redis trims line breaks at its end.
         let text = String::from_utf8_lossy(arg);
         let text = text.split('\0').next().unwrap_or("");
         CellError::NotInteger(text.trim_end_matches(['\r', '\n']).to_string())
     })
-}
-
-/// What `str::parse::<i64>` accepts, read from the bytes as they are (no UTF-8 check first:
-/// a byte that is not an ASCII digit fails either way): an optional `+` or `-`, then at least
-/// one digit, the value within `i64`.
-fn parse_i64(arg: &[u8]) -> Option<i64> {
-    let (neg, digits) = match arg {
-        [b'-', rest @ ..] => (true, rest),
-        [b'+', rest @ ..] => (false, rest),
-        _ => (false, arg),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: i64 = 0;
-    for &c in digits {
-        let d = i64::from(c.wrapping_sub(b'0'));
-        if !(0..10).contains(&d) {
-            return None;
-        }
-        // Accumulated on the negative side, which holds i64::MIN.
-        v = v.checked_mul(10)?.checked_sub(d)?;
-    }
-    if neg { Some(v) } else { v.checked_neg() }
 }
 
 /// The emission interval in ns, computed as redis-cell does: through `f64`, truncated and
@@ -309,7 +285,12 @@ mod tests {
             "\u{661}".as_bytes(),
         ];
         for &c in cases {
-            assert_eq!(parse_i64(c), rust(c), "{:?}", String::from_utf8_lossy(c));
+            assert_eq!(
+                crate::protocol::args::parse_i64_signed(c),
+                rust(c),
+                "{:?}",
+                String::from_utf8_lossy(c)
+            );
         }
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..20_000 {
@@ -321,7 +302,12 @@ mod tests {
             let b: Vec<u8> = (0..len)
                 .map(|i| alphabet[((rng >> (i * 3 % 60)) % alphabet.len() as u64) as usize])
                 .collect();
-            assert_eq!(parse_i64(&b), rust(&b), "{:?}", String::from_utf8_lossy(&b));
+            assert_eq!(
+                crate::protocol::args::parse_i64_signed(&b),
+                rust(&b),
+                "{:?}",
+                String::from_utf8_lossy(&b)
+            );
         }
     }
 

@@ -39,14 +39,37 @@ pub struct Args {
 /// Parses a signed 64-bit integer exactly as Redis does: no spaces, no '+', no leading zeros
 /// beyond a lone "0".
 pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
-    if b.is_empty() || b.len() > 20 {
+    if b.len() > 20 || b.starts_with(b"+") || b.starts_with(b"-0") {
         return None;
     }
-    let s = std::str::from_utf8(b).ok()?;
-    if s.starts_with('+') || (s.len() > 1 && s.starts_with('0')) || s.starts_with("-0") {
+    if b.len() > 1 && b[0] == b'0' {
         return None;
     }
-    s.parse::<i64>().ok()
+    parse_i64_signed(b)
+}
+
+/// What `str::parse::<i64>` accepts, read from the bytes as they are (no UTF-8 check first:
+/// a byte that is not an ASCII digit fails either way): an optional `+` or `-`, then at least
+/// one digit, leading zeros allowed, the value within `i64`.
+pub(crate) fn parse_i64_signed(arg: &[u8]) -> Option<i64> {
+    let (neg, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        let d = i64::from(c.wrapping_sub(b'0'));
+        if !(0..10).contains(&d) {
+            return None;
+        }
+        // Accumulated on the negative side, which holds i64::MIN.
+        v = v.checked_mul(10)?.checked_sub(d)?;
+    }
+    if neg { Some(v) } else { v.checked_neg() }
 }
 
 impl Args {
@@ -150,6 +173,46 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Redis's integer rules are Rust's parser with `+`, leading zeros and `-0` refused.
+    #[test]
+    fn integers_parse_by_redis_rules() {
+        let redis = |b: &[u8]| -> Option<i64> {
+            let s = std::str::from_utf8(b).ok()?;
+            if b.is_empty() || b.len() > 20 || s.starts_with('+') || s.starts_with("-0") {
+                return None;
+            }
+            if s.len() > 1 && s.starts_with('0') {
+                return None;
+            }
+            s.parse::<i64>().ok()
+        };
+        let cases: &[&[u8]] = &[
+            b"0",
+            b"7",
+            b"+7",
+            b"-7",
+            b"007",
+            b"-0",
+            b"-",
+            b"",
+            b" 1",
+            b"1 ",
+            b"\xff1",
+            b"9223372036854775807",
+            b"9223372036854775808",
+            b"-9223372036854775808",
+            b"-9223372036854775809",
+            b"00",
+            b"10",
+        ];
+        for &c in cases {
+            assert_eq!(parse_i64(c), redis(c), "{:?}", String::from_utf8_lossy(c));
+        }
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"+7"), None);
+        assert_eq!(parse_i64_signed(b"+7"), Some(7));
+    }
 
     #[test]
     fn integers_like_redis() {
