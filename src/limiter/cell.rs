@@ -85,10 +85,34 @@ impl fmt::Display for CellError {
 
 impl std::error::Error for CellError {}
 
+/// What `str::parse::<i64>` accepts, read from the bytes as they are (no UTF-8 check first:
+/// a byte that is not an ASCII digit fails either way): an optional `+` or `-`, then at least
+/// one digit, leading zeros allowed, the value within `i64`.
+pub(crate) fn parse_i64_signed(arg: &[u8]) -> Option<i64> {
+    let (neg, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, arg),
+    };
+    if digits.is_empty() {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &c in digits {
+        let d = i64::from(c.wrapping_sub(b'0'));
+        if !(0..10).contains(&d) {
+            return None;
+        }
+        // Accumulated on the negative side, which holds i64::MIN.
+        v = v.checked_mul(10)?.checked_sub(d)?;
+    }
+    if neg { Some(v) } else { v.checked_neg() }
+}
+
 /// Parses one numeric argument as redis-cell does (Rust's `i64` parser: an optional `+` or `-`,
 /// then ASCII digits, leading zeros allowed).
 pub fn parse_arg(arg: &[u8]) -> Result<i64, CellError> {
-    crate::protocol::args::parse_i64_signed(arg).ok_or_else(|| {
+    parse_i64_signed(arg).ok_or_else(|| {
         // The module hands its message to Redis as a C string (cut at the first NUL), and
         // Redis trims line breaks at its end.
         let text = String::from_utf8_lossy(arg);
@@ -286,7 +310,7 @@ mod tests {
         ];
         for &c in cases {
             assert_eq!(
-                crate::protocol::args::parse_i64_signed(c),
+                parse_i64_signed(c),
                 rust(c),
                 "{:?}",
                 String::from_utf8_lossy(c)
@@ -303,7 +327,7 @@ mod tests {
                 .map(|i| alphabet[((rng >> (i * 3 % 60)) % alphabet.len() as u64) as usize])
                 .collect();
             assert_eq!(
-                crate::protocol::args::parse_i64_signed(&b),
+                parse_i64_signed(&b),
                 rust(&b),
                 "{:?}",
                 String::from_utf8_lossy(&b)

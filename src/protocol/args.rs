@@ -45,31 +45,7 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     if b.len() > 1 && b[0] == b'0' {
         return None;
     }
-    parse_i64_signed(b)
-}
-
-/// What `str::parse::<i64>` accepts, read from the bytes as they are (no UTF-8 check first:
-/// a byte that is not an ASCII digit fails either way): an optional `+` or `-`, then at least
-/// one digit, leading zeros allowed, the value within `i64`.
-pub(crate) fn parse_i64_signed(arg: &[u8]) -> Option<i64> {
-    let (neg, digits) = match arg {
-        [b'-', rest @ ..] => (true, rest),
-        [b'+', rest @ ..] => (false, rest),
-        _ => (false, arg),
-    };
-    if digits.is_empty() {
-        return None;
-    }
-    let mut v: i64 = 0;
-    for &c in digits {
-        let d = i64::from(c.wrapping_sub(b'0'));
-        if !(0..10).contains(&d) {
-            return None;
-        }
-        // Accumulated on the negative side, which holds i64::MIN.
-        v = v.checked_mul(10)?.checked_sub(d)?;
-    }
-    if neg { Some(v) } else { v.checked_neg() }
+    crate::limiter::cell::parse_i64_signed(b)
 }
 
 impl Args {
@@ -211,7 +187,7 @@ mod tests {
         }
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_i64(b"+7"), None);
-        assert_eq!(parse_i64_signed(b"+7"), Some(7));
+        assert_eq!(crate::limiter::cell::parse_i64_signed(b"+7"), Some(7));
     }
 
     #[test]
