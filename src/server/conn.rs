@@ -262,9 +262,8 @@ impl Conn {
                 // poll found readable runs its round first, and then they all write. Writes
                 // spread out between other clients' rounds each found their reader asleep
                 // and paid to wake it (a quarter of the CPU of one-at-a-time script calls);
-                // written back to back, most find it already awake. Redis writes its
-                // replies the same way, all at once before it sleeps.
-                tokio::task::yield_now().await;
+                // written back to back, most find it already awake.
+                crate::shard::end_of_turn().await;
             }
             self.write_out().await?;
             if let Some(started) = started

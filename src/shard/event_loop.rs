@@ -44,6 +44,7 @@ pub(crate) fn run<A, F>(
                 }
             })
         };
+        let closer = tokio::task::spawn_local(super::turn::close_turns());
         let mut conns = tokio::task::JoinSet::new();
         let mut proposing = Vec::new();
         while let Some(msg) = inbox.recv().await {
@@ -117,6 +118,7 @@ pub(crate) fn run<A, F>(
         })
         .await;
         sweeper.abort();
+        closer.abort();
         for p in proposing {
             p.abort();
         }

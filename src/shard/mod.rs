@@ -9,12 +9,14 @@
 //!
 //! - `core`: the shard's keys and clock, and how commands are applied to them;
 //! - `msg`: the messages a shard takes, its answers, and the channel they travel on;
-//! - `event_loop`: the loop that owns a `ShardCore` and answers its inbox.
+//! - `event_loop`: the loop that owns a `ShardCore` and answers its inbox;
+//! - `turn`: the end of a turn of that loop, when connections write their replies together.
 
 mod core;
 mod event_loop;
 pub(crate) mod metrics;
 mod msg;
+mod turn;
 
 pub(crate) use self::core::release_free_memory;
 pub(crate) use self::core::{CoreRef, Outcome, SWEEP_INTERVAL};
@@ -22,3 +24,4 @@ pub use self::core::{ShardCore, ShardStats};
 pub(crate) use event_loop::run;
 pub(crate) use msg::{Answer, ShardGone, ShardHandle, ShardInbox};
 pub use msg::{ShardMsg, Transport, channel};
+pub(crate) use turn::end_of_turn;
