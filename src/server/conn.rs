@@ -196,6 +196,16 @@ impl Conn {
     }
 
     async fn serve_loop(&mut self, mut shutdown: Shutdown) -> std::io::Result<()> {
+        // One wait for the node's shutdown or this client's kill, made once: a fresh one per
+        // read registered and dropped two waiters every round.
+        let info = self.info.clone();
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown.recv() => {}
+                _ = info.killed() => {}
+            }
+        };
+        tokio::pin!(stop);
         loop {
             // Like Redis's, `qbuf` counts the requests being run as well as what waits.
             self.info
@@ -305,8 +315,7 @@ impl Conn {
                         return Ok(());
                     }
                 }
-                _ = shutdown.recv() => return Ok(()),
-                _ = self.info.killed() => return Ok(()),
+                _ = &mut stop => return Ok(()),
             }
             if self.over_client_cap() {
                 self.node
