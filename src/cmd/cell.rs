@@ -48,7 +48,7 @@ fn parse_throttle(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     };
     cell::validate(&args).map_err(cell_err)?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: None,
         cmd: KeyCmd::Throttle { key, args },
     })
 }

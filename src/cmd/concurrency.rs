@@ -72,7 +72,7 @@ fn parse_acquire(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
         .ok_or_else(|| msg(format!("ERR limit must be between 1 and {MAX_LIMIT}")))?;
     let ttl_ns = parse_ttl(&a.next_bytes()?)?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::Acquire { key, limit, ttl_ns },
     })
 }
@@ -82,7 +82,7 @@ fn parse_release(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     let token = parse_token(&a.next_bytes()?).ok_or_else(|| msg("ERR invalid token"))?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::Release { key, token },
     })
 }
@@ -91,7 +91,7 @@ fn parse_release(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 fn parse_in_flight(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::InFlight(key),
     })
 }

@@ -116,7 +116,7 @@ fn parse_pexpiretime(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 fn expire_time_cmd(a: &mut Args, ms: bool) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::ExpireTime { key, ms },
     })
 }
@@ -193,7 +193,7 @@ fn expire_cmd(a: &mut Args, cmd: TimeCmd) -> Result<Parsed, ParseError> {
         n
     };
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::ExpireChecked { key, ms, cond, cmd },
     })
 }
@@ -202,7 +202,7 @@ fn expire_cmd(a: &mut Args, cmd: TimeCmd) -> Result<Parsed, ParseError> {
 fn parse_persist(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let k = a.next_bytes()?;
     Ok(Parsed::Keyed {
-        route: k.clone(),
+        route: Some(k.clone()),
         cmd: KeyCmd::Persist(k),
     })
 }
@@ -220,7 +220,7 @@ fn parse_pttl(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 fn ttl_cmd(a: &mut Args, ms: bool) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::Ttl { key, ms },
     })
 }

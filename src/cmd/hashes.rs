@@ -225,7 +225,7 @@ impl HashOp {
 
 fn keyed(key: Bytes, op: HashOp) -> Result<Parsed, ParseError> {
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::Hash { key, op },
     })
 }

@@ -57,7 +57,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 fn parse_type(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let k = a.next_bytes()?;
     Ok(Parsed::Keyed {
-        route: k.clone(),
+        route: Some(k.clone()),
         cmd: KeyCmd::Type(k),
     })
 }

@@ -60,7 +60,7 @@ fn parse_check(a: &mut Args, rules: &RuleSet) -> Result<Parsed, ParseError> {
     let rule = resolve_spec(&a.next_bytes()?, rules)?;
     let (cost, peek) = parse_cost_peek(a)?;
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: None,
         cmd: KeyCmd::Check {
             key,
             rule,
@@ -108,7 +108,7 @@ fn parse_lease(a: &mut Args, rules: &RuleSet) -> Result<Parsed, ParseError> {
         return Err(ArgError::Msg("ERR lease size must be positive".into()).into());
     }
     Ok(Parsed::Keyed {
-        route: key.clone(),
+        route: Some(key.clone()),
         cmd: KeyCmd::Lease { key, rule, max },
     })
 }

@@ -170,7 +170,7 @@ fn parse_script_call(a: &mut Args, by_sha: bool, read_only: bool) -> Result<Pars
     // A script with no keys runs on any shard; with keys, on the one that owns the first.
     let route = keys.first().cloned().unwrap_or_default();
     Ok(Parsed::Keyed {
-        route,
+        route: Some(route),
         cmd: KeyCmd::Eval(Box::new(Eval {
             sha,
             body,
@@ -1038,7 +1038,11 @@ fn call_command(
             if matches!(cmd, KeyCmd::Eval(_)) {
                 return Reply::err("ERR This Redis command is not allowed from script");
             }
-            if !e.keys.contains(&route) {
+            if !e
+                .keys
+                .iter()
+                .any(|k| k[..] == *super::route_key(&route, &cmd))
+            {
                 return undeclared();
             }
             cmd

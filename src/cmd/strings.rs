@@ -169,7 +169,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 /// GET key
 fn parse_get(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let k = a.next_bytes()?;
-    keyed(k.clone(), KeyCmd::Get(k))
+    keyed(KeyCmd::Get(k))
 }
 
 /// SET key value [NX | XX] [GET] [EX s | PX ms | EXAT unix-s | PXAT unix-ms | KEEPTTL]
@@ -194,16 +194,13 @@ fn parse_set(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
             }
         }
     };
-    keyed(
-        key.clone(),
-        KeyCmd::Set {
-            key,
-            value,
-            expiry,
-            cond,
-            get: o.get,
-        },
-    )
+    keyed(KeyCmd::Set {
+        key,
+        value,
+        expiry,
+        cond,
+        get: o.get,
+    })
 }
 
 /// INCR key
@@ -233,7 +230,7 @@ fn parse_decrby(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 }
 
 fn incr_by_cmd(key: Bytes, delta: i64) -> Result<Parsed, ParseError> {
-    keyed(key.clone(), KeyCmd::IncrBy { key, delta })
+    keyed(KeyCmd::IncrBy { key, delta })
 }
 
 /// SETEX key seconds value
@@ -251,29 +248,26 @@ fn set_ex_cmd(a: &mut Args, cmd: TimeCmd, unit: ExpireUnit) -> Result<Parsed, Pa
     let time = a.next_bytes()?;
     let value = a.next_bytes()?;
     let ms = expire_ms(unit, &time).map_err(|e| e.into_arg(cmd))?;
-    keyed(
-        key.clone(),
-        KeyCmd::SetEx {
-            key,
-            value,
-            ms,
-            cmd,
-        },
-    )
+    keyed(KeyCmd::SetEx {
+        key,
+        value,
+        ms,
+        cmd,
+    })
 }
 
 /// SETNX key value
 fn parse_setnx(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     let value = a.next_bytes()?;
-    keyed(key.clone(), KeyCmd::SetNx { key, value })
+    keyed(KeyCmd::SetNx { key, value })
 }
 
 /// GETSET key value
 fn parse_getset(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     let value = a.next_bytes()?;
-    keyed(key.clone(), KeyCmd::GetSet { key, value })
+    keyed(KeyCmd::GetSet { key, value })
 }
 
 /// GETEX key [EX s | PX ms | EXAT unix-s | PXAT unix-ms | PERSIST]
@@ -290,20 +284,20 @@ fn parse_getex(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
             Err(BadExpire::Invalid) => GetExOpt::Invalid,
         },
     };
-    keyed(key.clone(), KeyCmd::GetEx { key, opt })
+    keyed(KeyCmd::GetEx { key, opt })
 }
 
 /// GETDEL key
 fn parse_getdel(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let k = a.next_bytes()?;
-    keyed(k.clone(), KeyCmd::GetDel(k))
+    keyed(KeyCmd::GetDel(k))
 }
 
 /// INCRBYFLOAT key increment
 fn parse_incrbyfloat(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     let incr = a.next_bytes()?;
-    keyed(key.clone(), KeyCmd::IncrByFloat { key, incr })
+    keyed(KeyCmd::IncrByFloat { key, incr })
 }
 
 /// MGET key [key ...]
@@ -325,8 +319,10 @@ fn parse_mset(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     Ok(Parsed::Multi(MultiCmd::MSet { keys, values }))
 }
 
-fn keyed(route: Bytes, cmd: KeyCmd) -> Result<Parsed, ParseError> {
-    Ok(Parsed::Keyed { route, cmd })
+/// A one-key command, routed by its own key.
+fn keyed(cmd: KeyCmd) -> Result<Parsed, ParseError> {
+    debug_assert!(cmd.single_key().is_some());
+    Ok(Parsed::Keyed { route: None, cmd })
 }
 
 /// The unit of an EX / PX / EXAT / PXAT option.

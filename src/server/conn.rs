@@ -436,7 +436,7 @@ impl Conn {
                 Err(e) => self.local_error(&e.message()),
                 Ok(Parsed::Keyed { route, cmd }) => {
                     self.tag_named(named);
-                    let slot = self.slot_of(&route);
+                    let slot = self.slot_of(cmd::route_key(&route, &cmd));
                     if self.queue(slot, cmd) {
                         self.flush().await?;
                     }
@@ -795,7 +795,7 @@ impl Conn {
                 _ => TxnItem::Node(spec, args),
             },
             Ok(Parsed::Keyed { route, cmd }) => {
-                if !same_slot(txn, key_slot(&route)) {
+                if !same_slot(txn, key_slot(cmd::route_key(&route, &cmd))) {
                     txn.dirty = true;
                     self.local_error(CROSSSLOT);
                     return Ok(());

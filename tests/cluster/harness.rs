@@ -444,8 +444,11 @@ impl TestCluster {
             panic!("{args:?} is not a single-key command");
         };
         // In cluster mode every slot of a group lives on shard (group % shards).
-        let shard = group_of_key(&self.spec, std::str::from_utf8(&route).expect("utf-8 key"))
-            as usize
+        let shard = group_of_key(
+            &self.spec,
+            std::str::from_utf8(bucketd::internals::cmd::route_key(&route, &cmd))
+                .expect("utf-8 key"),
+        ) as usize
             % node.shards.len();
         let mut replies = node.shards[shard]
             .call(vec![cmd])
