@@ -63,7 +63,7 @@ pub mod tls;
 #[doc(hidden)]
 pub mod internals {
     pub mod cmd {
-        pub use crate::cmd::{Parsed, parse, route_key};
+        pub use crate::cmd::{Parsed, parse};
         pub mod hashes {
             pub use crate::cmd::hashes::HashOp;
         }

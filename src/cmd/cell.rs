@@ -47,10 +47,7 @@ fn parse_throttle(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
         quantity,
     };
     cell::validate(&args).map_err(cell_err)?;
-    Ok(Parsed::Keyed {
-        route: None,
-        cmd: KeyCmd::Throttle { key, args },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Throttle { key, args }))
 }
 
 pub(super) fn throttle(

@@ -71,29 +71,20 @@ fn parse_acquire(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
         .filter(|_| (1..=MAX_LIMIT).contains(&limit))
         .ok_or_else(|| msg(format!("ERR limit must be between 1 and {MAX_LIMIT}")))?;
     let ttl_ns = parse_ttl(&a.next_bytes()?)?;
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::Acquire { key, limit, ttl_ns },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Acquire { key, limit, ttl_ns }))
 }
 
 /// BK.RELEASE key token
 fn parse_release(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     let token = parse_token(&a.next_bytes()?).ok_or_else(|| msg("ERR invalid token"))?;
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::Release { key, token },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Release { key, token }))
 }
 
 /// BK.INFLIGHT key
 fn parse_in_flight(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::InFlight(key),
-    })
+    Ok(Parsed::Keyed(KeyCmd::InFlight(key)))
 }
 
 /// How long a slot may be held, in ns: integer milliseconds, or a duration written as limit

@@ -115,10 +115,7 @@ fn parse_pexpiretime(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 
 fn expire_time_cmd(a: &mut Args, ms: bool) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::ExpireTime { key, ms },
-    })
+    Ok(Parsed::Keyed(KeyCmd::ExpireTime { key, ms }))
 }
 
 /// EXPIRE key seconds [NX | XX | GT | LT]
@@ -192,19 +189,13 @@ fn expire_cmd(a: &mut Args, cmd: TimeCmd) -> Result<Parsed, ParseError> {
     } else {
         n
     };
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::ExpireChecked { key, ms, cond, cmd },
-    })
+    Ok(Parsed::Keyed(KeyCmd::ExpireChecked { key, ms, cond, cmd }))
 }
 
 /// PERSIST key
 fn parse_persist(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let k = a.next_bytes()?;
-    Ok(Parsed::Keyed {
-        route: Some(k.clone()),
-        cmd: KeyCmd::Persist(k),
-    })
+    Ok(Parsed::Keyed(KeyCmd::Persist(k)))
 }
 
 /// TTL key
@@ -219,10 +210,7 @@ fn parse_pttl(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
 
 fn ttl_cmd(a: &mut Args, ms: bool) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::Ttl { key, ms },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Ttl { key, ms }))
 }
 
 /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT as `KeyCmd::ExpireChecked` carries them.

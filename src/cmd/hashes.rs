@@ -224,10 +224,7 @@ impl HashOp {
 }
 
 fn keyed(key: Bytes, op: HashOp) -> Result<Parsed, ParseError> {
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::Hash { key, op },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Hash { key, op }))
 }
 
 /// The field/value pairs after the key; an odd count is the command's arity error, as Redis

@@ -308,6 +308,18 @@ impl KeyCmd {
         )
     }
 
+    /// The key that decides where a command parsed as `Parsed::Keyed` runs: its one key,
+    /// or a script's first (none: any shard will do, as for the commands that have no key).
+    pub fn route_key(&self) -> &[u8] {
+        match self {
+            KeyCmd::Acquire { key, .. } | KeyCmd::Release { key, .. } | KeyCmd::InFlight(key) => {
+                key
+            }
+            KeyCmd::Eval(e) => e.keys.first().map_or(&[][..], |k| k),
+            other => other.single_key().unwrap_or_default(),
+        }
+    }
+
     /// The key a one-key command works on (None for the others): what a batch looks up
     /// ahead of running, so the lookups' cache misses overlap.
     pub fn single_key(&self) -> Option<&[u8]> {

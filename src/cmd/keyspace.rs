@@ -56,10 +56,7 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
 /// TYPE key
 fn parse_type(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     let k = a.next_bytes()?;
-    Ok(Parsed::Keyed {
-        route: Some(k.clone()),
-        cmd: KeyCmd::Type(k),
-    })
+    Ok(Parsed::Keyed(KeyCmd::Type(k)))
 }
 
 /// DEL key [key ...], UNLINK key [key ...] (and BK.RESET, which is DEL for buckets)

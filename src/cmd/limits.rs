@@ -59,15 +59,12 @@ fn parse_check(a: &mut Args, rules: &RuleSet) -> Result<Parsed, ParseError> {
     let key = a.next_bytes()?;
     let rule = resolve_spec(&a.next_bytes()?, rules)?;
     let (cost, peek) = parse_cost_peek(a)?;
-    Ok(Parsed::Keyed {
-        route: None,
-        cmd: KeyCmd::Check {
-            key,
-            rule,
-            cost,
-            peek,
-        },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Check {
+        key,
+        rule,
+        cost,
+        peek,
+    }))
 }
 
 /// BK.CHECKALL numkeys key [key ...] spec [spec ...] [COST n] [PEEK]
@@ -107,10 +104,7 @@ fn parse_lease(a: &mut Args, rules: &RuleSet) -> Result<Parsed, ParseError> {
     if max == 0 {
         return Err(ArgError::Msg("ERR lease size must be positive".into()).into());
     }
-    Ok(Parsed::Keyed {
-        route: Some(key.clone()),
-        cmd: KeyCmd::Lease { key, rule, max },
-    })
+    Ok(Parsed::Keyed(KeyCmd::Lease { key, rule, max }))
 }
 
 /// `[COST n] [PEEK]` in any order.

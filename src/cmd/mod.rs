@@ -51,23 +51,14 @@ use table::{CommandSpec, Parser};
 
 /// A parsed request.
 pub enum Parsed {
-    /// Touches one key: `route`, or with `None` the command's own (`KeyCmd::single_key`),
-    /// decides the shard. `None` spares a one-key command a second handle on its key.
-    Keyed { route: Option<Bytes>, cmd: KeyCmd },
+    /// Touches one key; `KeyCmd::route_key` decides the shard.
+    Keyed(KeyCmd),
     /// Touches several keys, possibly owned by several shards.
     Multi(MultiCmd),
     /// Handled by the node itself (connection state, server info, all-shard operations). A
     /// node command whose arguments are refused is still queued in a transaction, as Redis
     /// queues it, and answers its error when it runs.
     Node(&'static CommandSpec, Result<NodeCmd, ArgError>),
-}
-
-/// The key that decides where a `Parsed::Keyed` command runs.
-pub fn route_key<'a>(route: &'a Option<Bytes>, cmd: &'a KeyCmd) -> &'a [u8] {
-    route
-        .as_deref()
-        .or_else(|| cmd.single_key())
-        .unwrap_or_default()
 }
 
 /// A command the node runs itself, by family.

@@ -167,18 +167,15 @@ fn parse_script_call(a: &mut Args, by_sha: bool, read_only: bool) -> Result<Pars
         }
         (sha1_hex(&first), first)
     };
-    // A script with no keys runs on any shard; with keys, on the one that owns the first.
-    let route = keys.first().cloned().unwrap_or_default();
-    Ok(Parsed::Keyed {
-        route: Some(route),
-        cmd: KeyCmd::Eval(Box::new(Eval {
-            sha,
-            body,
-            keys,
-            args,
-            read_only,
-        })),
-    })
+    // A script with no keys runs on any shard; with keys, on the one that owns the first
+    // (`KeyCmd::route_key`).
+    Ok(Parsed::Keyed(KeyCmd::Eval(Box::new(Eval {
+        sha,
+        body,
+        keys,
+        args,
+        read_only,
+    }))))
 }
 
 /// SCRIPT LOAD|EXISTS|FLUSH, parsed.
@@ -1034,15 +1031,11 @@ fn call_command(
     static NO_RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
     let cmd = match super::parse(req, NO_RULES.get_or_init(RuleSet::default)) {
         Err(err) => return Reply::Error(err.message().into()),
-        Ok(Parsed::Keyed { route, cmd }) => {
+        Ok(Parsed::Keyed(cmd)) => {
             if matches!(cmd, KeyCmd::Eval(_)) {
                 return Reply::err("ERR This Redis command is not allowed from script");
             }
-            if !e
-                .keys
-                .iter()
-                .any(|k| k[..] == *super::route_key(&route, &cmd))
-            {
+            if !e.keys.iter().any(|k| k[..] == *cmd.route_key()) {
                 return undeclared();
             }
             cmd

@@ -319,10 +319,8 @@ fn parse_mset(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     Ok(Parsed::Multi(MultiCmd::MSet { keys, values }))
 }
 
-/// A one-key command, routed by its own key.
 fn keyed(cmd: KeyCmd) -> Result<Parsed, ParseError> {
-    debug_assert!(cmd.single_key().is_some());
-    Ok(Parsed::Keyed { route: None, cmd })
+    Ok(Parsed::Keyed(cmd))
 }
 
 /// The unit of an EX / PX / EXAT / PXAT option.

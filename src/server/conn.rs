@@ -416,10 +416,7 @@ impl Conn {
             let wire_len = req.wire_len();
             let named = named_rules(&req);
             let mut parsed = cmd::parse(req, &rules);
-            if let Ok(Parsed::Keyed {
-                cmd: KeyCmd::Eval(e),
-                ..
-            }) = &mut parsed
+            if let Ok(Parsed::Keyed(KeyCmd::Eval(e))) = &mut parsed
                 && let Err(why) = self.prepare_eval(e)
             {
                 parsed = Err(ParseError::Arg(ArgError::Msg(why)));
@@ -434,9 +431,9 @@ impl Conn {
             }
             match parsed {
                 Err(e) => self.local_error(&e.message()),
-                Ok(Parsed::Keyed { route, cmd }) => {
+                Ok(Parsed::Keyed(cmd)) => {
                     self.tag_named(named);
-                    let slot = self.slot_of(cmd::route_key(&route, &cmd));
+                    let slot = self.slot_of(cmd.route_key());
                     if self.queue(slot, cmd) {
                         self.flush().await?;
                     }
@@ -794,8 +791,8 @@ impl Conn {
                 }
                 _ => TxnItem::Node(spec, args),
             },
-            Ok(Parsed::Keyed { route, cmd }) => {
-                if !same_slot(txn, key_slot(cmd::route_key(&route, &cmd))) {
+            Ok(Parsed::Keyed(cmd)) => {
+                if !same_slot(txn, key_slot(cmd.route_key())) {
                     txn.dirty = true;
                     self.local_error(CROSSSLOT);
                     return Ok(());

@@ -440,14 +440,13 @@ impl TestCluster {
         let node = &self.handle(id).node;
         let req = bucketd::internals::protocol::Request::from_args(args);
         let rules = node.rules.load();
-        let Ok(Parsed::Keyed { route, cmd }) = bucketd::internals::cmd::parse(req, &rules) else {
+        let Ok(Parsed::Keyed(cmd)) = bucketd::internals::cmd::parse(req, &rules) else {
             panic!("{args:?} is not a single-key command");
         };
         // In cluster mode every slot of a group lives on shard (group % shards).
         let shard = group_of_key(
             &self.spec,
-            std::str::from_utf8(bucketd::internals::cmd::route_key(&route, &cmd))
-                .expect("utf-8 key"),
+            std::str::from_utf8(cmd.route_key()).expect("utf-8 key"),
         ) as usize
             % node.shards.len();
         let mut replies = node.shards[shard]
