@@ -112,7 +112,7 @@ fn key_cmds() -> Vec<KeyCmd> {
     ];
     reqs.iter()
         .map(|args| match parse(Request::from_args(args), &rules) {
-            Ok(Parsed::Keyed { cmd, .. }) => cmd,
+            Ok(Parsed::Keyed(cmd)) => cmd,
             Ok(Parsed::Multi(m)) => m.into_key_cmd(),
             _ => panic!("{args:?} is not a key command"),
         })

@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
         // Each command a little later than the one before, so windows and TTLs move.
         now += 250_000_000;
         match parse(req, rules()) {
-            Ok(Parsed::Keyed { cmd, .. }) => run(&mut store, &cmd, now),
+            Ok(Parsed::Keyed(cmd)) => run(&mut store, &cmd, now),
             Ok(Parsed::Multi(multi)) => {
                 assert!(!multi.keys().is_empty());
                 run(&mut store, &multi.into_key_cmd(), now);
