@@ -9,6 +9,7 @@
 //! own writer thread.
 
 use crate::clock::Clock;
+use crate::cluster::group_net::GroupNet;
 use crate::cluster::log_store::NodeLog;
 use crate::cluster::meta::{MetaState, MetaStore, RulesHook};
 use crate::cluster::quiet::{self, Quiet, QuietPinger, QuietTimings};
@@ -203,10 +204,14 @@ pub(crate) type GroupRaft = openraft::Raft<TypeConfig, GroupStateMachine<GroupEx
 pub(crate) struct NetFactory(GroupNetworkFactory<Network, GroupId>);
 
 impl RaftNetworkFactory<TypeConfig> for NetFactory {
-    type Network = GroupNetworkAdapter<TypeConfig, GroupId, Network>;
+    type Network = GroupNet;
 
     async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> Self::Network {
-        GroupNetworkAdapter::new(self.0.factory.clone(), target, self.0.group_id)
+        GroupNet(GroupNetworkAdapter::new(
+            self.0.factory.clone(),
+            target,
+            self.0.group_id,
+        ))
     }
 }
 
