@@ -14,7 +14,7 @@
 //! goes out when the wait ends. Nothing is claimed that the follower did not answer: openraft
 //! matches answers to what it sent by log position and takes the send time of the newest
 //! request answered, which is the later one that did go. The follower learns of a commit at
-//! most `COMMIT_WAIT` later; what it applies serves no client until it leads, and a new leader
+//! most about `COMMIT_WAIT` later; what it applies serves no client until it leads, and a new leader
 //! commits its own entry before it serves.
 //!
 //! An append with no entries that ends its stream (a heartbeat is a stream of one) goes at once.
@@ -38,10 +38,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// How long an append that only carries a commit waits for one that carries entries too.
-/// A tenth of the heartbeat interval and far under the election timeout: the wait can never
-/// make a follower miss its leader.
-pub(crate) const COMMIT_WAIT: Duration = Duration::from_millis(1);
+/// How long an append that only carries a commit waits for one that carries entries too (the
+/// timer rounds it up to the next millisecond). Heartbeats never wait (each is a stream of its
+/// own), so the wait cannot make a follower miss its leader; it only delays when a follower
+/// applies.
+const COMMIT_WAIT: Duration = Duration::from_millis(1);
 
 type Request = AppendEntriesRequest<TypeConfig>;
 
@@ -123,7 +124,7 @@ fn commit_only(r: &Request) -> bool {
 
 /// A stream of appends in which an append with no entries gives way to the next one when that
 /// continues from the same place within `wait`.
-pub(crate) struct MergeCommits<S> {
+struct MergeCommits<S> {
     input: S,
     wait: Duration,
     /// An append with no entries, waiting for one to take its place.
@@ -134,7 +135,7 @@ pub(crate) struct MergeCommits<S> {
 }
 
 impl<S> MergeCommits<S> {
-    pub(crate) fn new(input: S, wait: Duration) -> MergeCommits<S> {
+    fn new(input: S, wait: Duration) -> MergeCommits<S> {
         MergeCommits {
             input,
             wait,
