@@ -645,16 +645,23 @@ impl Cluster {
                         }
                         _ => 0,
                     };
-                    let voters: Vec<NodeId> =
-                        m.membership_config.membership().voter_ids().collect();
-                    (m.current_leader.unwrap_or(0), at, voters)
+                    // The metrics change with every append; the voters almost never do, so
+                    // they are compared in place and copied only when they differ.
+                    let ids = || m.membership_config.membership().voter_ids();
+                    let changed =
+                        ids().next().is_some() && !c.voters[i].load().iter().copied().eq(ids());
+                    (
+                        m.current_leader.unwrap_or(0),
+                        at,
+                        changed.then(|| ids().collect::<Vec<NodeId>>()),
+                    )
                 };
                 c.quorum_acked[i].store(at, Ordering::Relaxed);
                 let before = c.leaders[i].swap(leader, Ordering::Relaxed);
                 if leader != 0 && leader != before {
                     c.leader_changes[i].fetch_add(1, Ordering::Relaxed);
                 }
-                if !voters.is_empty() && **c.voters[i].load() != voters {
+                if let Some(voters) = voters {
                     c.quiet.set_replicas(g, voters.clone());
                     c.voters[i].store(Arc::new(voters));
                 }

@@ -186,6 +186,11 @@ impl Proposer {
 
     /// A committed entry was applied here with these replies. Answers its batches when it is
     /// an entry of this run still waited on, and gives the replies back otherwise.
+    /// Whether an entry of this origin was proposed here (since this node last started).
+    pub fn proposed(&self, origin: Option<Origin>) -> bool {
+        origin.is_some_and(|o| o.run == self.run)
+    }
+
     pub fn applied(&mut self, origin: Option<Origin>, replies: Vec<Reply>) -> Option<Vec<Reply>> {
         let Some(o) = origin.filter(|o| o.run == self.run) else {
             return Some(replies);

@@ -32,6 +32,9 @@ pub struct EntryBatch {
     pub now: u64,
     pub origin: Option<Origin>,
     pub cmds: Arc<Vec<KeyCmd>>,
+    /// Whether anyone waits for the replies through Raft: only the replica that proposed the
+    /// entry does; on the others the commands are applied and their replies dropped.
+    pub wanted: bool,
 }
 
 /// Where a group's keys live and how commands reach them.
@@ -221,6 +224,7 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
             let mut work = Vec::new();
             let mut done = Vec::with_capacity(ready.len());
             for (entry, responder) in ready {
+                let wanted = responder.is_some();
                 let normal = match entry.payload {
                     EntryPayload::Blank => false,
                     EntryPayload::Normal(proposal) => {
@@ -233,6 +237,7 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
                             now,
                             origin: proposal.origin,
                             cmds: proposal.cmds,
+                            wanted,
                         });
                         true
                     }
