@@ -90,6 +90,10 @@ pub struct Flags {
     /// heartbeating until the next write (0 = never; default 2000).
     #[arg(long)]
     pub quiet_after_ms: Option<u64>,
+    /// What the Raft log's entries may weigh in memory over all of a node's groups, as their
+    /// size on disk (e.g. 256mb, the default); a group past its share snapshots and drops them.
+    #[arg(long)]
+    pub raft_log_memory: Option<String>,
     /// Join a running cluster through any member's client address (HOST:PORT). The cluster
     /// gives this node its id; a node that joined restarts from its data dir without it.
     #[arg(long)]
@@ -187,6 +191,8 @@ struct FileSettings {
     fsync: Option<bool>,
     #[serde(alias = "quiet_after_ms")]
     quiet_after_ms: Option<u64>,
+    #[serde(alias = "raft_log_memory")]
+    raft_log_memory: Option<toml::Value>,
     join: Option<String>,
     #[serde(alias = "peer_port")]
     peer_port: Option<u16>,
@@ -474,6 +480,7 @@ struct ClusterRaw {
     forward: Option<bool>,
     fsync: Option<bool>,
     quiet_after_ms: Option<u64>,
+    log_memory: Option<u64>,
     join: Option<String>,
     peer_port: Option<u16>,
     announce_host: Option<String>,
@@ -493,6 +500,7 @@ impl ClusterRaw {
             forward,
             fsync,
             quiet_after_ms,
+            log_memory,
             join,
             peer_port,
             announce_host
@@ -546,6 +554,9 @@ impl ClusterRaw {
             if let Some(ms) = self.quiet_after_ms {
                 c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
             }
+            if let Some(b) = self.log_memory {
+                c.log_memory = b;
+            }
             return Ok(Some(c));
         };
         let nodes = ClusterSpec::parse_nodes(&nodes).map_err(StartError::Spec)?;
@@ -570,6 +581,9 @@ impl ClusterRaw {
         c.fsync = self.fsync.unwrap_or(false);
         if let Some(ms) = self.quiet_after_ms {
             c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+        }
+        if let Some(b) = self.log_memory {
+            c.log_memory = b;
         }
         Ok(Some(c))
     }
@@ -620,6 +634,13 @@ impl Settings {
                 forward: f.forward.take(),
                 fsync: f.fsync.take(),
                 quiet_after_ms: f.quiet_after_ms.take(),
+                log_memory: f
+                    .raft_log_memory
+                    .take()
+                    .map(|v| file_size("raft-log-memory", v))
+                    .transpose()
+                    .map_err(StartError::Setting)?
+                    .map(|n| n as u64),
                 join: f.join.take(),
                 peer_port: f.peer_port.take(),
                 announce_host: f.announce_host.take(),
@@ -636,6 +657,13 @@ impl Settings {
             forward: flags.forward,
             fsync: flags.fsync,
             quiet_after_ms: flags.quiet_after_ms,
+            log_memory: flags
+                .raft_log_memory
+                .as_deref()
+                .map(parse_size)
+                .transpose()
+                .map_err(StartError::Setting)?
+                .map(|n| n as u64),
             join: flags.join.clone(),
             peer_port: flags.peer_port,
             announce_host: flags.announce_host.clone(),

@@ -78,6 +78,90 @@ pub struct ClusterSettings {
     pub security: transport::PeerSecurity,
     /// The node's script cache, which SCRIPT LOAD and SCRIPT FLUSH on any member change.
     pub(crate) scripts: Arc<ScriptCache>,
+    /// What the Raft log's entries held in memory may weigh over all the node's groups (the
+    /// size of their records on disk). A group past its share (this over the number of
+    /// groups) snapshots and drops the entries its snapshot covers, without waiting for
+    /// openraft's count of entries.
+    pub log_memory: u64,
+}
+
+/// See `ClusterSettings::log_memory`. An entry in memory takes about two to three times its
+/// record's size.
+pub(crate) const DEFAULT_LOG_MEMORY: u64 = 256 << 20;
+
+/// A group past its share of the log's memory waits this long for the snapshot it asked for
+/// before it asks again.
+const TRIM_RETRY: Duration = Duration::from_secs(5);
+
+/// What a group does next to keep its log within its share of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trim {
+    Nothing,
+    /// Take a snapshot now.
+    Snapshot,
+    /// The snapshot asked for is made: drop the entries up to this index, which it covers.
+    Purge(u64),
+}
+
+/// Where a group is in trimming its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trimming {
+    Idle,
+    /// A snapshot was asked for at `since`, when the latest one ended at `before`.
+    Snapshot {
+        since: tokio::time::Instant,
+        before: Option<u64>,
+    },
+    /// Entries up to `upto` were asked to go at `since` (a leader may put it off while a
+    /// replication still reads them).
+    Purge {
+        since: tokio::time::Instant,
+        upto: u64,
+    },
+}
+
+/// One step of trimming a group's log, given the group's latest snapshot and purge and
+/// whether its entries weigh more than its share: ask for a snapshot, then for a purge of what
+/// it covers once it is there (openraft on its own keeps a thousand entries after each
+/// snapshot, whatever their size). A step that does not happen within `TRIM_RETRY` is given
+/// up, and asked for again if the log is still over its share.
+fn trim_step(
+    state: &mut Trimming,
+    snapshot: Option<u64>,
+    purged: Option<u64>,
+    over: impl FnOnce() -> bool,
+) -> Trim {
+    let now = tokio::time::Instant::now();
+    match *state {
+        Trimming::Snapshot { before, .. } if snapshot > before => {
+            let Some(upto) = snapshot else {
+                *state = Trimming::Idle;
+                return Trim::Nothing;
+            };
+            *state = Trimming::Purge { since: now, upto };
+            Trim::Purge(upto)
+        }
+        Trimming::Purge { upto, .. } if purged >= Some(upto) => {
+            *state = Trimming::Idle;
+            Trim::Nothing
+        }
+        Trimming::Snapshot { since, .. } | Trimming::Purge { since, .. }
+            if now.duration_since(since) < TRIM_RETRY =>
+        {
+            Trim::Nothing
+        }
+        _ if over() => {
+            *state = Trimming::Snapshot {
+                since: now,
+                before: snapshot,
+            };
+            Trim::Snapshot
+        }
+        _ => {
+            *state = Trimming::Idle;
+            Trim::Nothing
+        }
+    }
 }
 
 impl ClusterSettings {
@@ -105,6 +189,7 @@ impl ClusterSettings {
             join: None,
             security: transport::PeerSecurity::default(),
             scripts: Arc::default(),
+            log_memory: DEFAULT_LOG_MEMORY,
         }
     }
 }
@@ -302,6 +387,8 @@ pub struct Cluster {
     /// What opening a replica needs: the node's log, the Raft settings, where snapshots go,
     /// and the shards (with their event loops) that own the groups' keys.
     node_log: NodeLog,
+    /// What one group's entries may weigh in memory (see `ClusterSettings::log_memory`).
+    log_share: u64,
     raft_config: Arc<openraft::Config>,
     data_dir: PathBuf,
     shards: Vec<ShardHandle>,
@@ -454,6 +541,7 @@ impl Cluster {
             quiet,
             meta: Arc::new(MetaStore::new(rules)),
             node_log,
+            log_share: settings.log_memory / (u64::from(meta_group) + 1),
             raft_config: config,
             data_dir: settings.data_dir.clone(),
             shards: shards.to_vec(),
@@ -608,6 +696,7 @@ impl Cluster {
             self.data_dir.join(format!("group-{g:04}"))
         };
         let log = self.node_log.group(g);
+        let group_log = log.clone();
         let rt = self.runtime_of(g);
         let sm = {
             let snapshot_dir = dir.join("snapshot");
@@ -634,9 +723,10 @@ impl Cluster {
         let born = self.born;
         rt.spawn(async move {
             let i = g as usize;
+            let mut trimming = Trimming::Idle;
             loop {
                 let Some(c) = weak.upgrade() else { return };
-                let (leader, at, voters) = {
+                let (leader, at, voters, snapshot, purged) = {
                     let m = metrics.borrow_watched();
                     let at = match (&m.current_leader, &m.last_quorum_acked) {
                         (Some(l), Some(t)) if *l == me => {
@@ -654,6 +744,8 @@ impl Cluster {
                         m.current_leader.unwrap_or(0),
                         at,
                         changed.then(|| ids().collect::<Vec<NodeId>>()),
+                        m.snapshot.map(|l| l.index),
+                        m.purged.map(|l| l.index),
                     )
                 };
                 c.quorum_acked[i].store(at, Ordering::Relaxed);
@@ -665,7 +757,19 @@ impl Cluster {
                     c.quiet.set_replicas(g, voters.clone());
                     c.voters[i].store(Arc::new(voters));
                 }
+                let trim = trim_step(&mut trimming, snapshot, purged, || {
+                    group_log.mem_bytes() > c.log_share
+                });
+                let raft = (trim != Trim::Nothing).then(|| c.raft(g)).flatten();
                 drop(c);
+                if let Some(raft) = raft {
+                    // Errors mean the group's Raft stopped: the next wait for metrics ends.
+                    let _ = match trim {
+                        Trim::Snapshot => raft.trigger().snapshot().await,
+                        Trim::Purge(upto) => raft.trigger().purge_log(upto).await,
+                        Trim::Nothing => Ok(()),
+                    };
+                }
                 if metrics.changed().await.is_err() {
                     if let Some(c) = weak.upgrade() {
                         c.leaders[i].store(0, Ordering::Relaxed);
@@ -946,6 +1050,16 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// What the Raft log's entries held in memory weigh over all groups (their records' size
+    /// on disk), and the bound on it (`ClusterSettings::log_memory`).
+    pub fn log_memory(&self) -> (u64, u64) {
+        let groups = u64::from(self.meta_group()) + 1;
+        (
+            self.node_log.mem_bytes(),
+            self.log_share.saturating_mul(groups),
+        )
     }
 
     /// (log entries, commands in them) that this node's shards gathered and proposed: how
@@ -1414,7 +1528,59 @@ impl Handler for PeerHandler {
 
 #[cfg(test)]
 mod tests {
-    use super::refuse_per_group_logs;
+    use super::{TRIM_RETRY, Trim, Trimming, refuse_per_group_logs, trim_step};
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_log_over_its_share_snapshots_then_purges_what_the_snapshot_covers() {
+        let mut st = Trimming::Idle;
+        assert_eq!(
+            trim_step(&mut st, Some(10), Some(5), || false),
+            Trim::Nothing
+        );
+        assert_eq!(
+            trim_step(&mut st, Some(10), Some(5), || true),
+            Trim::Snapshot
+        );
+        // While the snapshot is made, nothing more is asked, however heavy the log.
+        assert_eq!(
+            trim_step(&mut st, Some(10), Some(5), || true),
+            Trim::Nothing
+        );
+        assert_eq!(
+            trim_step(&mut st, Some(40), Some(5), || true),
+            Trim::Purge(40)
+        );
+        // The purge is put off for a while (a replication still reads those entries).
+        tokio::time::advance(TRIM_RETRY / 2).await;
+        assert_eq!(
+            trim_step(&mut st, Some(40), Some(5), || true),
+            Trim::Nothing
+        );
+        assert_eq!(
+            trim_step(&mut st, Some(40), Some(40), || false),
+            Trim::Nothing
+        );
+        assert_eq!(st, Trimming::Idle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_that_does_not_happen_is_asked_for_again() {
+        let mut st = Trimming::Idle;
+        assert_eq!(trim_step(&mut st, None, None, || true), Trim::Snapshot);
+        tokio::time::advance(TRIM_RETRY - Duration::from_millis(1)).await;
+        assert_eq!(trim_step(&mut st, None, None, || true), Trim::Nothing);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(trim_step(&mut st, None, None, || true), Trim::Snapshot);
+        assert_eq!(trim_step(&mut st, Some(7), None, || true), Trim::Purge(7));
+        tokio::time::advance(TRIM_RETRY).await;
+        // Given up; under its share by now, the log is left alone.
+        assert_eq!(
+            trim_step(&mut st, Some(7), Some(3), || false),
+            Trim::Nothing
+        );
+        assert_eq!(st, Trimming::Idle);
+    }
 
     #[test]
     fn a_data_dir_in_the_per_group_layout_is_refused() {

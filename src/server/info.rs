@@ -147,6 +147,12 @@ pub(crate) fn render(node: &Node, sections: &[String]) -> String {
                 out,
                 "cluster_entries_proposed:{entries}\r\ncluster_commands_proposed:{commands}\r\n"
             );
+            // The Raft log's entries held in memory (their size on disk) and the bound.
+            let (held, bound) = c.log_memory();
+            let _ = write!(
+                out,
+                "cluster_log_memory_bytes:{held}\r\ncluster_log_memory_limit:{bound}\r\n"
+            );
         }
         out.push_str("\r\n");
     }

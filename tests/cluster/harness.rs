@@ -144,6 +144,8 @@ pub struct Opts {
     pub quiet_after: Option<Duration>,
     /// Serve Envoy's rate limit service on every node, with this configuration.
     pub rls_config: Option<PathBuf>,
+    /// What the Raft log may hold in memory per node (`None`: the default).
+    pub log_memory: Option<u64>,
 }
 
 impl Default for Opts {
@@ -156,6 +158,7 @@ impl Default for Opts {
             balance: true,
             quiet_after: None,
             rls_config: None,
+            log_memory: None,
         }
     }
 }
@@ -266,6 +269,9 @@ impl TestCluster {
         }
         if let Some(t) = self.opts.quiet_after {
             cs.quiet_after = Some(t);
+        }
+        if let Some(b) = self.opts.log_memory {
+            cs.log_memory = b;
         }
         cs
     }

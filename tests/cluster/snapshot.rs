@@ -194,3 +194,57 @@ async fn lagging_node_is_sent_a_snapshot_and_restarts_from_it() {
     })
     .await;
 }
+
+/// A node bounds what its Raft log holds in memory by bytes: a busy group past its share
+/// snapshots and drops the entries the snapshot covers long before openraft's count of
+/// entries would, on every replica, and the counts stay right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_held_in_memory_stays_within_its_bound() {
+    bounded(async {
+        // 9 groups (8 and the metadata): a share of 10 KiB each, about forty checks on a long
+        // key. Without trimming, the checks below leave over 100 KiB in group 0's log alone.
+        const BOUND: u64 = 90 << 10;
+        const CHECKS: usize = 400;
+        let c = TestCluster::start(
+            "log-memory",
+            Opts {
+                log_memory: Some(BOUND),
+                ..Opts::patient()
+            },
+        )
+        .await;
+        let g = 0;
+        let key = key_in_group(&c.spec, &format!("trim:{}", "k".repeat(200)), g);
+        let check = |q: &str| line(&["CL.THROTTLE", &key, "999", "1", "3600", q]);
+        let mut client = Router::new(c.addrs());
+        let writes: Vec<Vec<String>> = (0..CHECKS).map(|_| check("1")).collect();
+        for r in replies(&mut client, &writes).await {
+            assert_eq!(r.limit()[0], 0, "{r:?}");
+        }
+        for id in c.running() {
+            let cluster = c.cluster(id);
+            let (_, bound) = cluster.log_memory();
+            assert_eq!(bound, BOUND, "node {id}'s bound");
+            wait_for(
+                &format!("node {id}'s log in memory within {BOUND} bytes"),
+                SECS,
+                || async { (cluster.log_memory().0 <= BOUND).then_some(()) },
+            )
+            .await;
+            let m = cluster
+                .raft(g)
+                .expect("replica")
+                .metrics()
+                .borrow_watched()
+                .clone();
+            let purged = m.purged.map_or(0, |l| l.index);
+            assert!(
+                purged > 0 && purged < CHECKS as u64,
+                "node {id} purged group {g} up to {purged}"
+            );
+        }
+        let peek = replies(&mut client, &[check("0")]).await;
+        assert_eq!(peek[0].limit()[2], 1000 - CHECKS as i64, "{peek:?}");
+    })
+    .await;
+}

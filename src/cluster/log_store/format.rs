@@ -193,14 +193,38 @@ pub(super) fn put<V>(map: &mut BTreeMap<u64, V>, index: u64, value: V) -> BTreeM
 #[derive(Default)]
 pub(super) struct Mem {
     pub(super) entries: BTreeMap<u64, Entry>,
+    /// The size of each entry's record on disk (0 for a log kept only in memory), and their
+    /// sum: what the entries held in memory weigh, as the node bounds it.
+    sizes: BTreeMap<u64, u64>,
+    pub(super) bytes: u64,
     pub(super) last_purged: Option<LogId>,
     pub(super) vote: Option<Vote>,
     pub(super) committed: Option<LogId>,
 }
 
+fn total(removed: &BTreeMap<u64, u64>) -> u64 {
+    removed.values().sum()
+}
+
 impl Mem {
+    /// Puts `entry` at its index, dropping any entry at or after it.
+    pub(super) fn put(&mut self, entry: Entry, size: u64) {
+        let index = entry.log_id.index;
+        put(&mut self.entries, index, entry);
+        let removed = put(&mut self.sizes, index, size);
+        self.bytes = self.bytes.saturating_sub(total(&removed)) + size;
+    }
+
+    pub(super) fn truncate_after(&mut self, after: Option<u64>) {
+        cut_after(&mut self.entries, after);
+        let removed = cut_after(&mut self.sizes, after);
+        self.bytes = self.bytes.saturating_sub(total(&removed));
+    }
+
     pub(super) fn purge(&mut self, log_id: &LogId) {
         cut_upto(&mut self.entries, log_id.index);
+        let removed = cut_upto(&mut self.sizes, log_id.index);
+        self.bytes = self.bytes.saturating_sub(total(&removed));
         if self.last_purged.as_ref() < Some(log_id) {
             self.last_purged = Some(*log_id);
         }
@@ -307,11 +331,11 @@ pub(super) fn replay(bytes: &[u8]) -> io::Result<Replayed> {
             Change::Entry(entry) => {
                 let index = entry.log_id.index;
                 out.index.entry(group, index, pos as u64, size as u64);
-                put(&mut mem.entries, index, entry);
+                mem.put(entry, size as u64);
             }
             Change::TruncateAfter(after) => {
                 out.index.truncate_after(group, after);
-                cut_after(&mut mem.entries, after);
+                mem.truncate_after(after);
             }
             Change::Purge(log_id) => {
                 out.index.purge(group, &log_id, framed);
@@ -382,6 +406,42 @@ pub(super) fn open_log_file(path: &Path) -> io::Result<File> {
 mod tests {
     use super::*;
     use crate::cluster::typ::TypeConfig;
+
+    fn blank(index: u64) -> Entry {
+        <Entry as openraft::entry::RaftEntry>::new_blank(openraft::testing::log_id::<TypeConfig>(
+            1, 1, index,
+        ))
+    }
+
+    #[test]
+    fn memory_weighs_the_records_of_the_entries_held() {
+        let mut m = Mem::default();
+        for i in 1..=5 {
+            m.put(blank(i), 10 * i);
+        }
+        assert_eq!(m.bytes, 150);
+        // An entry put over others replaces them and everything after them.
+        m.put(blank(4), 1);
+        assert_eq!(m.bytes, 10 + 20 + 30 + 1);
+        m.truncate_after(Some(2));
+        assert_eq!(m.bytes, 30);
+        m.purge(&openraft::testing::log_id::<TypeConfig>(1, 1, 1));
+        assert_eq!(m.bytes, 20);
+        m.truncate_after(None);
+        assert_eq!((m.bytes, m.entries.len()), (0, 0));
+    }
+
+    #[test]
+    fn replay_weighs_each_entry_by_its_record() {
+        let mut log = Vec::new();
+        let mut sizes = Vec::new();
+        for i in 1..=3 {
+            sizes.push(push_record(&mut log, 2, ChangeRef::Entry(&blank(i))).unwrap());
+        }
+        push_record(&mut log, 2, ChangeRef::TruncateAfter(Some(2))).unwrap();
+        let replayed = replay(&log).unwrap();
+        assert_eq!(replayed.groups[&2].bytes, sizes[0] + sizes[1]);
+    }
 
     #[test]
     fn crc32c_check_value() {

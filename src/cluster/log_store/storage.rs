@@ -14,7 +14,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::ops::{Bound, RangeBounds};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, mpsc};
 use tokio::sync::oneshot;
 
@@ -26,6 +26,8 @@ pub(super) struct Shared {
     /// None keeps everything in memory only.
     pub(super) writer: Option<Writer>,
     pub(super) stats: Arc<Stats>,
+    /// What every group's entries held in memory weigh together (see `Mem::bytes`).
+    pub(super) mem_bytes: AtomicU64,
 }
 
 /// The node's Raft log; [`NodeLog::group`] gives each group its log storage. The writer stops
@@ -48,6 +50,7 @@ impl NodeLog {
                     groups: Mutex::new(HashMap::new()),
                     writer: None,
                     stats,
+                    mem_bytes: AtomicU64::new(0),
                 }),
             });
         };
@@ -122,6 +125,7 @@ impl NodeLog {
             }
         };
 
+        let mem_bytes = replayed.groups.values().map(|m| m.bytes).sum();
         let groups = replayed
             .groups
             .into_iter()
@@ -132,6 +136,7 @@ impl NodeLog {
                 groups: Mutex::new(groups),
                 writer: Some(writer),
                 stats,
+                mem_bytes: AtomicU64::new(mem_bytes),
             }),
         })
     }
@@ -157,6 +162,12 @@ impl NodeLog {
     pub fn syncs(&self) -> u64 {
         self.shared.stats.syncs.load(Ordering::Relaxed)
     }
+
+    /// What the entries held in memory weigh over every group: the size of their records on
+    /// disk (nothing for a log kept only in memory).
+    pub fn mem_bytes(&self) -> u64 {
+        self.shared.mem_bytes.load(Ordering::Relaxed)
+    }
 }
 
 /// One group's log storage and log reader within the node's log: clones share the same log.
@@ -176,6 +187,25 @@ impl GroupLog {
         lock(&self.mem)
     }
 
+    /// Changes this group's memory with `change`, keeping the node's total weight in step.
+    pub(super) fn change<R>(&self, mem: &mut Mem, change: impl FnOnce(&mut Mem) -> R) -> R {
+        let before = mem.bytes;
+        let r = change(mem);
+        let after = mem.bytes;
+        let total = &self.shared.mem_bytes;
+        if after >= before {
+            total.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            total.fetch_sub(before - after, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// What this group's entries held in memory weigh (see `NodeLog::mem_bytes`).
+    pub fn mem_bytes(&self) -> u64 {
+        self.mem().bytes
+    }
+
     pub(super) fn writer(&self) -> Option<&Writer> {
         self.shared.writer.as_ref()
     }
@@ -190,7 +220,7 @@ impl GroupLog {
     ) -> io::Result<()> {
         let rx = {
             let mut mem = self.mem();
-            change(&mut mem);
+            self.change(&mut mem, change);
             match (self.writer(), bytes) {
                 (Some(writer), Some(bytes)) => {
                     let (done, rx) = oneshot::channel();
@@ -321,9 +351,11 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let Some(writer) = self.writer() else {
             let mut mem = self.mem();
-            for entry in entries {
-                put(&mut mem.entries, entry.log_id.index, entry);
-            }
+            self.change(&mut mem, |mem| {
+                for entry in entries {
+                    mem.put(entry, 0);
+                }
+            });
             drop(mem);
             callback.io_completed(Ok(()));
             return Ok(());
@@ -335,9 +367,11 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
             records.push((entry.log_id.index, size));
         }
         let mut mem = self.mem();
-        for entry in entries {
-            put(&mut mem.entries, entry.log_id.index, entry);
-        }
+        self.change(&mut mem, |mem| {
+            for (entry, &(_, size)) in entries.into_iter().zip(&records) {
+                mem.put(entry, size);
+            }
+        });
         // Queued under the lock, so the writer sees jobs in the order memory changed.
         writer.send(Job::Append {
             group: self.group,
@@ -353,9 +387,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         let group = self.group;
         self.write_marker(
             bytes,
-            |mem| {
-                cut_after(&mut mem.entries, after);
-            },
+            |mem| mem.truncate_after(after),
             |bytes, done| Job::Truncate {
                 group,
                 bytes,
