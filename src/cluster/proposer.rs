@@ -184,15 +184,15 @@ impl Proposer {
         }
     }
 
-    /// A committed entry was applied here with these replies. Answers its batches when it is
-    /// an entry of this run still waited on, and gives the replies back otherwise.
     /// Whether an entry of this origin was proposed here (since this node last started).
     pub fn proposed(&self, origin: Option<Origin>) -> bool {
         origin.is_some_and(|o| o.run == self.run)
     }
 
+    /// A committed entry was applied here with these replies. Answers its batches when it is
+    /// an entry of this run still waited on, and gives the replies back otherwise.
     pub fn applied(&mut self, origin: Option<Origin>, replies: Vec<Reply>) -> Option<Vec<Reply>> {
-        let Some(o) = origin.filter(|o| o.run == self.run) else {
+        let Some(o) = origin.filter(|_| self.proposed(origin)) else {
             return Some(replies);
         };
         if let Some(to) = self.waiting.remove(&o.seq) {

@@ -187,16 +187,13 @@ impl ShardCore {
         let mut all = Vec::with_capacity(batches.len());
         for b in batches {
             self.prefetch(&b.cmds);
-            let mine = self.proposer.as_ref().is_some_and(|p| p.proposed(b.origin));
-            if !b.wanted && !mine {
-                // A replica's copy of another's entry: nobody reads these replies.
-                self.apply_at_time(b.now, &mut b.cmds.iter(), |_| true);
-                all.push(Vec::new());
-                continue;
-            }
-            let mut out = Vec::with_capacity(b.cmds.len());
+            // A replica's copy of another node's entry: nobody reads its replies.
+            let keep = b.wanted || self.proposer.as_ref().is_some_and(|p| p.proposed(b.origin));
+            let mut out = Vec::with_capacity(if keep { b.cmds.len() } else { 0 });
             let st = self.apply_at_time(b.now, &mut b.cmds.iter(), |r| {
-                out.push(r);
+                if keep {
+                    out.push(r);
+                }
                 true
             });
             let back = match self.proposer.as_mut() {
