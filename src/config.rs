@@ -469,6 +469,9 @@ fn file_size(name: &str, v: toml::Value) -> Result<usize, String> {
     }
 }
 
+/// The least `raft-log-memory` a node accepts.
+const MIN_RAFT_LOG_MEMORY: u64 = 64 << 10;
+
 /// Cluster settings as gathered from the file and the flags, before validation.
 #[derive(Default)]
 struct ClusterRaw {
@@ -513,6 +516,15 @@ impl ClusterRaw {
         port: u16,
     ) -> Result<Option<crate::cluster::node::ClusterSettings>, StartError> {
         use crate::cluster::spec::{ClusterSpec, NodeSpec};
+        if let Some(b) = self.log_memory
+            && b < MIN_RAFT_LOG_MEMORY
+        {
+            // A share smaller than a few entries would snapshot the group after every write.
+            return Err(StartError::Setting(format!(
+                "raft-log-memory must be at least {}kb",
+                MIN_RAFT_LOG_MEMORY >> 10
+            )));
+        }
         let Some(nodes) = self.nodes else {
             if self.node_id.is_some() {
                 return Err(StartError::NodeIdWithoutNodes);
@@ -932,6 +944,35 @@ mod tests {
         .unwrap();
         flags.quiet_after_ms = None;
         assert_eq!(quiet(&flags), Some(std::time::Duration::from_secs(2)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn raft_log_memory_from_file_and_flag() {
+        let dir = std::env::temp_dir().join(format!("bucketd-cfg-logmem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        let node = "cluster-nodes = \"1:127.0.0.1:7001:17001\"\nnode-id = 1\n";
+        std::fs::write(&p, format!("{node}raft-log-memory = \"2mb\"\n")).unwrap();
+        let mut flags = Flags {
+            config: Some(p.clone()),
+            ..Flags::default()
+        };
+        let limit = |f: &Flags| Settings::resolve(f).map(|s| s.cluster.unwrap().log_memory);
+        assert_eq!(limit(&flags).unwrap(), 2 << 20);
+        flags.raft_log_memory = Some("64mb".into());
+        assert_eq!(limit(&flags).unwrap(), 64 << 20);
+        flags.raft_log_memory = Some("1kb".into());
+        assert_eq!(
+            limit(&flags).unwrap_err().to_string(),
+            "raft-log-memory must be at least 64kb"
+        );
+        std::fs::write(&p, node).unwrap();
+        flags.raft_log_memory = None;
+        assert_eq!(
+            limit(&flags).unwrap(),
+            crate::cluster::node::DEFAULT_LOG_MEMORY
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

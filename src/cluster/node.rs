@@ -89,8 +89,8 @@ pub struct ClusterSettings {
 /// record's size.
 pub(crate) const DEFAULT_LOG_MEMORY: u64 = 256 << 20;
 
-/// A group past its share of the log's memory waits this long for the snapshot it asked for
-/// before it asks again.
+/// How long a group past its share of the log's memory waits for the snapshot or the purge it
+/// asked for before it gives the step up (and asks again if still past its share).
 const TRIM_RETRY: Duration = Duration::from_secs(5);
 
 /// What a group does next to keep its log within its share of memory.
@@ -131,14 +131,15 @@ fn trim_step(
     purged: Option<u64>,
     over: impl FnOnce() -> bool,
 ) -> Trim {
-    let now = tokio::time::Instant::now();
+    // Called on every change of the group's metrics: the clock is read only mid-step.
+    let now = tokio::time::Instant::now;
     match *state {
         Trimming::Snapshot { before, .. } if snapshot > before => {
             let Some(upto) = snapshot else {
                 *state = Trimming::Idle;
                 return Trim::Nothing;
             };
-            *state = Trimming::Purge { since: now, upto };
+            *state = Trimming::Purge { since: now(), upto };
             Trim::Purge(upto)
         }
         Trimming::Purge { upto, .. } if purged >= Some(upto) => {
@@ -146,13 +147,13 @@ fn trim_step(
             Trim::Nothing
         }
         Trimming::Snapshot { since, .. } | Trimming::Purge { since, .. }
-            if now.duration_since(since) < TRIM_RETRY =>
+            if now().duration_since(since) < TRIM_RETRY =>
         {
             Trim::Nothing
         }
         _ if over() => {
             *state = Trimming::Snapshot {
-                since: now,
+                since: now(),
                 before: snapshot,
             };
             Trim::Snapshot
@@ -387,7 +388,9 @@ pub struct Cluster {
     /// What opening a replica needs: the node's log, the Raft settings, where snapshots go,
     /// and the shards (with their event loops) that own the groups' keys.
     node_log: NodeLog,
-    /// What one group's entries may weigh in memory (see `ClusterSettings::log_memory`).
+    /// What the entries of all groups, and of one group, may weigh in memory (see
+    /// `ClusterSettings::log_memory`).
+    log_limit: u64,
     log_share: u64,
     raft_config: Arc<openraft::Config>,
     data_dir: PathBuf,
@@ -541,6 +544,7 @@ impl Cluster {
             quiet,
             meta: Arc::new(MetaStore::new(rules)),
             node_log,
+            log_limit: settings.log_memory,
             log_share: settings.log_memory / (u64::from(meta_group) + 1),
             raft_config: config,
             data_dir: settings.data_dir.clone(),
@@ -760,15 +764,17 @@ impl Cluster {
                 let trim = trim_step(&mut trimming, snapshot, purged, || {
                     group_log.mem_bytes() > c.log_share
                 });
-                let raft = (trim != Trim::Nothing).then(|| c.raft(g)).flatten();
+                let raft = if trim == Trim::Nothing {
+                    None
+                } else {
+                    c.raft(g)
+                };
                 drop(c);
-                if let Some(raft) = raft {
-                    // Errors mean the group's Raft stopped: the next wait for metrics ends.
-                    let _ = match trim {
-                        Trim::Snapshot => raft.trigger().snapshot().await,
-                        Trim::Purge(upto) => raft.trigger().purge_log(upto).await,
-                        Trim::Nothing => Ok(()),
-                    };
+                // Errors mean the group's Raft stopped: the next wait for metrics ends.
+                match (trim, raft) {
+                    (Trim::Snapshot, Some(r)) => drop(r.trigger().snapshot().await),
+                    (Trim::Purge(upto), Some(r)) => drop(r.trigger().purge_log(upto).await),
+                    _ => {}
                 }
                 if metrics.changed().await.is_err() {
                     if let Some(c) = weak.upgrade() {
@@ -1055,11 +1061,7 @@ impl Cluster {
     /// What the Raft log's entries held in memory weigh over all groups (their records' size
     /// on disk), and the bound on it (`ClusterSettings::log_memory`).
     pub fn log_memory(&self) -> (u64, u64) {
-        let groups = u64::from(self.meta_group()) + 1;
-        (
-            self.node_log.mem_bytes(),
-            self.log_share.saturating_mul(groups),
-        )
+        (self.node_log.mem_bytes(), self.log_limit)
     }
 
     /// (log entries, commands in them) that this node's shards gathered and proposed: how

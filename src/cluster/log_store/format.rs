@@ -192,39 +192,41 @@ pub(super) fn put<V>(map: &mut BTreeMap<u64, V>, index: u64, value: V) -> BTreeM
 /// One group's log as readers see it, plus the small pieces of state saved beside it.
 #[derive(Default)]
 pub(super) struct Mem {
-    pub(super) entries: BTreeMap<u64, Entry>,
-    /// The size of each entry's record on disk (0 for a log kept only in memory), and their
-    /// sum: what the entries held in memory weigh, as the node bounds it.
-    sizes: BTreeMap<u64, u64>,
+    pub(super) entries: BTreeMap<u64, Held>,
+    /// What the entries held weigh: the sum of their `Held::size`, as the node bounds it.
     pub(super) bytes: u64,
     pub(super) last_purged: Option<LogId>,
     pub(super) vote: Option<Vote>,
     pub(super) committed: Option<LogId>,
 }
 
-fn total(removed: &BTreeMap<u64, u64>) -> u64 {
-    removed.values().sum()
+/// An entry held in memory, and the size of its record on disk (0 for a log kept only in
+/// memory).
+pub(super) struct Held {
+    pub(super) entry: Entry,
+    pub(super) size: u64,
+}
+
+fn weight(removed: &BTreeMap<u64, Held>) -> u64 {
+    removed.values().map(|h| h.size).sum()
 }
 
 impl Mem {
     /// Puts `entry` at its index, dropping any entry at or after it.
     pub(super) fn put(&mut self, entry: Entry, size: u64) {
         let index = entry.log_id.index;
-        put(&mut self.entries, index, entry);
-        let removed = put(&mut self.sizes, index, size);
-        self.bytes = self.bytes.saturating_sub(total(&removed)) + size;
+        let removed = put(&mut self.entries, index, Held { entry, size });
+        self.bytes = self.bytes.saturating_sub(weight(&removed)) + size;
     }
 
     pub(super) fn truncate_after(&mut self, after: Option<u64>) {
-        cut_after(&mut self.entries, after);
-        let removed = cut_after(&mut self.sizes, after);
-        self.bytes = self.bytes.saturating_sub(total(&removed));
+        let removed = cut_after(&mut self.entries, after);
+        self.bytes = self.bytes.saturating_sub(weight(&removed));
     }
 
     pub(super) fn purge(&mut self, log_id: &LogId) {
-        cut_upto(&mut self.entries, log_id.index);
-        let removed = cut_upto(&mut self.sizes, log_id.index);
-        self.bytes = self.bytes.saturating_sub(total(&removed));
+        let removed = cut_upto(&mut self.entries, log_id.index);
+        self.bytes = self.bytes.saturating_sub(weight(&removed));
         if self.last_purged.as_ref() < Some(log_id) {
             self.last_purged = Some(*log_id);
         }

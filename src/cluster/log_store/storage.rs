@@ -270,7 +270,7 @@ impl RaftLogReader<TypeConfig> for GroupLog {
         };
         let mem = self.mem();
         let mut out: Vec<Entry> = Vec::new();
-        for (&index, entry) in mem.entries.range(start..=end) {
+        for (&index, Held { entry, .. }) in mem.entries.range(start..=end) {
             if let Some(prev) = out.last()
                 && prev.log_id.index + 1 != index
             {
@@ -294,7 +294,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
 
     async fn get_log_state(&mut self) -> Result<LogState, io::Error> {
         let mem = self.mem();
-        let last_log_id = mem.entries.last_key_value().map(|(_, e)| e.log_id);
+        let last_log_id = mem.entries.last_key_value().map(|(_, h)| h.entry.log_id);
         Ok(LogState {
             last_purged_log_id: mem.last_purged,
             last_log_id: last_log_id.or(mem.last_purged),
