@@ -198,11 +198,24 @@ impl<'a> EmptySlot<'a> {
             self.usage.expires += 1;
         }
         let (hasher, arena) = (self.hasher, &*self.arena);
-        self.index.insert_unique(self.hash, off, |&o| {
-            hasher.hash_one(key_of(arena, o as usize))
+        self.index.insert_unique(index_hash(self.hash), off, |&o| {
+            index_hash(hasher.hash_one(key_of(arena, o as usize)))
         });
         Ok(())
     }
+}
+
+/// The hash a partition's index files a key under, from the key's hash. The top bits of the
+/// key's hash choose its partition (SCAN walks the partitions in that order), and the index
+/// keeps the top 7 bits of what it is given as the tag that rules out most slots without
+/// reading them: given the key's hash as it is, every key of a partition would share six of
+/// the seven, and about half of the occupied slots a probe passes would match, each costing a
+/// read of the slot, of its record and a key comparison. Rotated, the tag comes from the
+/// lowest bits and the probe's start from the bits above them, neither of them the
+/// partition's.
+#[inline]
+fn index_hash(hash: u64) -> u64 {
+    hash.rotate_right(7)
 }
 
 impl Store {
@@ -232,11 +245,11 @@ impl Store {
         // enough that the processor has many of their misses in flight at once.
         for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
-            let _ = part.index.find(hash, |_| false);
+            let _ = part.index.find(index_hash(hash), |_| false);
         }
         for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
-            let _ = part.index.find(hash, |&o| {
+            let _ = part.index.find(index_hash(hash), |&o| {
                 if let Some(rec) = part.arena.get(o as usize..) {
                     prefetch_read(rec.as_ptr());
                     // A small record (a bucket or a counter under a short key) straddles two
@@ -268,7 +281,8 @@ impl Store {
             dead,
             timing,
         } = &mut partitions[Self::partition_of(hash)];
-        let index = match index.find_entry(hash, |&o| key_of(arena, o as usize) == key) {
+        let index = match index.find_entry(index_hash(hash), |&o| key_of(arena, o as usize) == key)
+        {
             Ok(occ) => {
                 let off = *occ.get() as usize;
                 if !is_expired(view(arena, off).expires_at, now) {
@@ -306,9 +320,9 @@ impl Store {
     pub fn get(&self, key: &[u8], now: u64) -> Option<EntryView<'_>> {
         let hash = self.hash(key);
         let part = &self.partitions[Self::partition_of(hash)];
-        let off = *part
-            .index
-            .find(hash, |&o| key_of(&part.arena, o as usize) == key)?;
+        let off = *part.index.find(index_hash(hash), |&o| {
+            key_of(&part.arena, o as usize) == key
+        })?;
         let v = view(&part.arena, off as usize);
         (!is_expired(v.expires_at, now)).then_some(v)
     }
@@ -384,7 +398,7 @@ impl Store {
                 let hasher = &self.hasher;
                 let arena = &part.arena;
                 part.index.shrink_to(part.index.len() * 2, |&o| {
-                    hasher.hash_one(key_of(arena, o as usize))
+                    index_hash(hasher.hash_one(key_of(arena, o as usize)))
                 });
             }
         }
@@ -404,6 +418,27 @@ mod tests {
     use crate::limiter::State;
     use crate::store::tests::put;
     use crate::store::{Holder, Holders, Semaphore};
+
+    #[test]
+    fn keys_of_one_partition_spread_over_every_index_tag() {
+        // The index compares a key only where a slot's 7-bit tag (the top bits of the hash it
+        // was given) matches. If the partition's own bits fed the tag, a partition's keys
+        // would share most of it, and a probe would read and compare about half the slots it
+        // passes.
+        let s = Store::new(0, 0);
+        let mut tags = std::collections::HashSet::new();
+        let mut starts = std::collections::HashSet::new();
+        for i in 0..200_000u32 {
+            let hash = s.hash(format!("bucket:{i}").as_bytes());
+            if Store::partition_of(hash) == 5 {
+                tags.insert(index_hash(hash) >> 57);
+                starts.insert(index_hash(hash) & 1023);
+            }
+        }
+        assert_eq!(tags.len(), 128, "tags in use: {}", tags.len());
+        // And the probe's start (the low bits) is not fixed by the partition either.
+        assert!(starts.len() > 900, "start positions in use: {}", starts.len());
+    }
 
     #[test]
     fn lazy_and_active_expiry_and_compaction() {
