@@ -51,6 +51,9 @@ struct Gather {
     last_batch: u64,
     /// This shard's entries of the group proposed and not yet settled.
     in_flight: usize,
+    /// Commands in the group's last entry: room made for as many when the next one starts
+    /// gathering, rather than growing (and copying) the vectors by doubling.
+    last_len: usize,
 }
 
 /// At most this many entries of one group proposed by one shard are on their way at a time.
@@ -61,6 +64,9 @@ struct Gather {
 /// at pipeline 16. The wait costs a command at most one round; a lone client (one command in
 /// flight) never waits.
 const MAX_IN_FLIGHT: usize = 1;
+
+/// The most commands an entry makes room for ahead of time (a guess from the last entry).
+const MAX_RESERVE: usize = 4096;
 
 pub struct Proposer {
     cluster: Arc<Cluster>,
@@ -130,6 +136,8 @@ impl Proposer {
                 // One wake-up is stored, however many groups ask for it before the turn.
                 self.kick.notify_one();
                 self.dirty.push(g);
+                gather.cmds.reserve(gather.last_len);
+                gather.to.reserve(gather.last_len);
             }
             if gather.last_batch != batch_no {
                 gather.last_batch = batch_no;
@@ -162,6 +170,7 @@ impl Proposer {
                 continue;
             }
             gather.in_flight += 1;
+            gather.last_len = gather.cmds.len().min(MAX_RESERVE);
             let cmds = std::mem::take(&mut gather.cmds);
             let to = std::mem::take(&mut gather.to);
             let seq = self.next_seq;

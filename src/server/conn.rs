@@ -644,7 +644,7 @@ impl Conn {
             let mut waits: Vec<(usize, oneshot::Receiver<Answer>)> = Vec::new();
             for (s, ready) in replies.iter().enumerate() {
                 if s != self.my_shard && !self.round.queued[s].is_empty() && ready.len() == 0 {
-                    let batch = std::mem::take(&mut self.round.queued[s]);
+                    let batch = take_sized(&mut self.round.queued[s]);
                     let slots = std::mem::take(&mut self.round.slots[s]);
                     let rx = self.node.shards[s]
                         .submit_keyed(batch, slots, REPLY_BUDGET)
@@ -654,7 +654,7 @@ impl Conn {
             }
             let mine = self.my_shard;
             if !self.round.queued[mine].is_empty() && replies[mine].len() == 0 {
-                let batch = std::mem::take(&mut self.round.queued[mine]);
+                let batch = take_sized(&mut self.round.queued[mine]);
                 let outcome = {
                     let slots = &self.round.slots[mine];
                     self.core.borrow_mut().run(batch, slots, REPLY_BUDGET)
@@ -1008,6 +1008,15 @@ struct Named {
 /// The rule names a limit command gives instead of inline specs (an inline spec has a '/'),
 /// for the metrics by rule and for rules in shadow mode. None for every other command,
 /// cheaply: most requests are not limit commands that name a rule.
+/// Takes a round's commands for a shard, leaving room for as many (up to `KEEP_REQS`) in
+/// their place: the batch goes to the shard for good, and the next round of a pipelining
+/// client would otherwise grow its vector again from nothing, a reallocation and copy of
+/// every command so far at each doubling.
+fn take_sized(queued: &mut Vec<KeyCmd>) -> Vec<KeyCmd> {
+    let room = queued.len().min(KEEP_REQS);
+    std::mem::replace(queued, Vec::with_capacity(room))
+}
+
 fn named_rules(req: &Request) -> Option<Vec<Named>> {
     let name = req.name();
     if name.len() < 8 || !name[..3].eq_ignore_ascii_case(b"bk.") {

@@ -437,7 +437,11 @@ mod tests {
         }
         assert_eq!(tags.len(), 128, "tags in use: {}", tags.len());
         // And the probe's start (the low bits) is not fixed by the partition either.
-        assert!(starts.len() > 900, "start positions in use: {}", starts.len());
+        assert!(
+            starts.len() > 900,
+            "start positions in use: {}",
+            starts.len()
+        );
     }
 
     #[test]
