@@ -472,6 +472,27 @@ fn file_size(name: &str, v: toml::Value) -> Result<usize, String> {
 /// The least `raft-log-memory` a node accepts.
 const MIN_RAFT_LOG_MEMORY: u64 = 64 << 10;
 
+/// The settings a founding node and a joining one take alike.
+struct Common {
+    forward: Option<bool>,
+    fsync: Option<bool>,
+    quiet_after_ms: Option<u64>,
+    log_memory: Option<u64>,
+}
+
+impl Common {
+    fn apply(&self, c: &mut crate::cluster::node::ClusterSettings) {
+        c.forward = self.forward.unwrap_or(false);
+        c.fsync = self.fsync.unwrap_or(false);
+        if let Some(ms) = self.quiet_after_ms {
+            c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+        }
+        if let Some(b) = self.log_memory {
+            c.log_memory = b;
+        }
+    }
+}
+
 /// Cluster settings as gathered from the file and the flags, before validation.
 #[derive(Default)]
 struct ClusterRaw {
@@ -525,6 +546,12 @@ impl ClusterRaw {
                 MIN_RAFT_LOG_MEMORY >> 10
             )));
         }
+        let common = Common {
+            forward: self.forward,
+            fsync: self.fsync,
+            quiet_after_ms: self.quiet_after_ms,
+            log_memory: self.log_memory,
+        };
         let Some(nodes) = self.nodes else {
             if self.node_id.is_some() {
                 return Err(StartError::NodeIdWithoutNodes);
@@ -561,14 +588,7 @@ impl ClusterRaw {
                 .unwrap_or_else(|| std::path::PathBuf::from(format!("bucketd-data/port-{port}")));
             let mut c = crate::cluster::node::ClusterSettings::new(0, spec, data_dir);
             c.join = Some(join);
-            c.forward = self.forward.unwrap_or(false);
-            c.fsync = self.fsync.unwrap_or(false);
-            if let Some(ms) = self.quiet_after_ms {
-                c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
-            }
-            if let Some(b) = self.log_memory {
-                c.log_memory = b;
-            }
+            common.apply(&mut c);
             return Ok(Some(c));
         };
         let nodes = ClusterSpec::parse_nodes(&nodes).map_err(StartError::Spec)?;
@@ -589,14 +609,7 @@ impl ClusterRaw {
             .data_dir
             .unwrap_or_else(|| std::path::PathBuf::from(format!("bucketd-data/node-{node_id}")));
         let mut c = crate::cluster::node::ClusterSettings::new(node_id, spec, data_dir);
-        c.forward = self.forward.unwrap_or(false);
-        c.fsync = self.fsync.unwrap_or(false);
-        if let Some(ms) = self.quiet_after_ms {
-            c.quiet_after = (ms > 0).then(|| std::time::Duration::from_millis(ms));
-        }
-        if let Some(b) = self.log_memory {
-            c.log_memory = b;
-        }
+        common.apply(&mut c);
         Ok(Some(c))
     }
 }

@@ -134,11 +134,9 @@ fn trim_step(
     // Called on every change of the group's metrics: the clock is read only mid-step.
     let now = tokio::time::Instant::now;
     match *state {
-        Trimming::Snapshot { before, .. } if snapshot > before => {
-            let Some(upto) = snapshot else {
-                *state = Trimming::Idle;
-                return Trim::Nothing;
-            };
+        Trimming::Snapshot { before, .. }
+            if let Some(upto) = snapshot.filter(|&i| Some(i) > before) =>
+        {
             *state = Trimming::Purge { since: now(), upto };
             Trim::Purge(upto)
         }

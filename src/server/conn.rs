@@ -1005,9 +1005,6 @@ struct Named {
     lease: bool,
 }
 
-/// The rule names a limit command gives instead of inline specs (an inline spec has a '/'),
-/// for the metrics by rule and for rules in shadow mode. None for every other command,
-/// cheaply: most requests are not limit commands that name a rule.
 /// Takes a round's commands for a shard, leaving room for as many (up to `KEEP_REQS`) in
 /// their place: the batch goes to the shard for good, and the next round of a pipelining
 /// client would otherwise grow its vector again from nothing, a reallocation and copy of
@@ -1017,6 +1014,9 @@ fn take_sized(queued: &mut Vec<KeyCmd>) -> Vec<KeyCmd> {
     std::mem::replace(queued, Vec::with_capacity(room))
 }
 
+/// The rule names a limit command gives instead of inline specs (an inline spec has a '/'),
+/// for the metrics by rule and for rules in shadow mode. None for every other command,
+/// cheaply: most requests are not limit commands that name a rule.
 fn named_rules(req: &Request) -> Option<Vec<Named>> {
     let name = req.name();
     if name.len() < 8 || !name[..3].eq_ignore_ascii_case(b"bk.") {
