@@ -11,13 +11,15 @@
 # The image therefore runs on hosts with the same CPU architecture as this one; the libraries
 # travel inside it, so the host's glibc version does not matter.
 #
-# Environment: IMAGE (tag, default bucketd:local), SKIP_CARGO_BUILD=1 (use the binary already in
-# target/release), CARGO_FLAGS (extra flags for cargo build, default --locked).
+# Environment: IMAGE (tag, default bucketd:local), SKIP_CARGO_BUILD=1 (use the binary already
+# built), BUCKETD_BIN (the binary to package, default target/release/bucketd; with
+# SKIP_CARGO_BUILD=1 it may be another build, such as target/debug/bucketd), CARGO_FLAGS (extra
+# flags for cargo build, default --locked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-bucketd:local}
-BIN=target/release/bucketd
+BIN=${BUCKETD_BIN:-target/release/bucketd}
 ROOTFS=target/docker-rootfs
 # Empty; the Dockerfile copies it to /data with --chown, which only takes effect on a directory
 # that COPY creates (hence not part of the root filesystem above).
@@ -35,7 +37,7 @@ if [ "${SKIP_CARGO_BUILD:-0}" != 1 ]; then
   # shellcheck disable=SC2086 # CARGO_FLAGS is a list of flags
   cargo build --release ${CARGO_FLAGS---locked}
 fi
-[ -x "$BIN" ] || die "$BIN is missing; run cargo build --release"
+[ -x "$BIN" ] || die "$BIN is missing; run cargo build --release (or name a built binary in BUCKETD_BIN)"
 
 # A fresh root filesystem every time, so nothing stale ends up in the image.
 rm -rf "$ROOTFS" "$DATADIR"
