@@ -92,7 +92,9 @@ pub mod internals {
             pub use crate::cluster::node::{Cluster, ClusterSettings};
         }
         pub mod log_store {
-            pub use crate::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog, replay_len};
+            pub use crate::cluster::log_store::{
+                COMPACT_MIN_BYTES, COMPACT_RATIO, GroupLog, NodeLog, replay_len,
+            };
         }
         pub mod transport {
             pub use crate::cluster::transport::{

@@ -2,7 +2,7 @@
 //! one shared log at once, plus recovery of interleaved groups after reopen, torn and damaged
 //! log files, compaction, batching of concurrent groups' writes and the in-memory mode.
 
-use bucketd::internals::cluster::log_store::{COMPACT_MIN_BYTES, GroupLog, NodeLog};
+use bucketd::internals::cluster::log_store::{COMPACT_MIN_BYTES, COMPACT_RATIO, GroupLog, NodeLog};
 use bucketd::internals::cluster::state_machine::{GroupStateMachine, LocalExecutor};
 use bucketd::internals::cluster::typ::{Entry, GroupId, LogId, Proposal, TypeConfig, Vote};
 use bucketd::internals::cmd::keyed::KeyCmd;
@@ -625,13 +625,18 @@ async fn purged_garbage_is_compacted() {
     let dir = TempDir::new("compact");
     let entry_size = 1000;
     let count = COMPACT_MIN_BYTES / entry_size as u64;
-    let keep_from = count - 50;
-    let (a, b, c) = (1, 2, 3);
+    let kept = 20;
+    let keep_from = count - kept;
+    // One group more than the ratio: once all but one are purged, what stays is less than
+    // 1 / COMPACT_RATIO of the file.
+    let groups: Vec<GroupId> = (1..=COMPACT_RATIO as GroupId + 1).collect();
+    let (a, c) = (groups[0], groups[groups.len() - 1]);
+    let n = groups.len();
     let full;
     {
         let log = open(&dir, false);
-        fill(&log, &[a, b, c], count, entry_size).await;
-        for g in [a, b, c] {
+        fill(&log, &groups, count, entry_size).await;
+        for &g in &groups {
             let mut store = log.group(g);
             store
                 .save_vote(&Vote::new_committed(g as u64, 1))
@@ -643,14 +648,20 @@ async fn purged_garbage_is_compacted() {
                 .unwrap();
         }
         full = file_len(&log_file(&dir.0));
-        assert!(full > 3 * COMPACT_MIN_BYTES);
+        assert!(full > n as u64 * COMPACT_MIN_BYTES);
 
-        // One group's purge leaves a third of the file dead: not yet worth a rewrite.
-        log.group(a).purge(log_id(1, keep_from - 1)).await.unwrap();
+        // All groups but two purged: two of them still live is more than 1 / COMPACT_RATIO of
+        // the file, not yet worth a rewrite.
+        for &g in &groups[..n - 2] {
+            log.group(g).purge(log_id(1, keep_from - 1)).await.unwrap();
+        }
         writer_caught_up(&mut log.group(c)).await;
         assert!(file_len(&log_file(&dir.0)) >= full);
-        // A second one makes most of it dead.
-        log.group(b).purge(log_id(1, keep_from - 1)).await.unwrap();
+        // One more purge leaves one group's entries: less than 1 / COMPACT_RATIO is live.
+        log.group(groups[n - 2])
+            .purge(log_id(1, keep_from - 1))
+            .await
+            .unwrap();
         // Without fsync the rewrite runs in the background while appends go on: wait for it.
         let c_bytes = count * entry_size as u64;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -663,8 +674,9 @@ async fn purged_garbage_is_compacted() {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         let compacted = file_len(&log_file(&dir.0));
+        let slack = (n as u64 - 1) * (kept + 1) + 50;
         assert!(
-            compacted > c_bytes && compacted < c_bytes + 150 * (entry_size as u64 + 100),
+            compacted > c_bytes && compacted < c_bytes + slack * (entry_size as u64 + 100),
             "log not compacted: {compacted} bytes of {full}"
         );
 
@@ -675,7 +687,7 @@ async fn purged_garbage_is_compacted() {
         append(&mut store, vec![blank(3, count + 1)]).await;
     }
     let log = open(&dir, false);
-    for g in [a, b, c] {
+    for &g in &groups {
         let mut store = log.group(g);
         let state = store.get_log_state().await.unwrap();
         let entries = all_entries(&mut store).await;
@@ -691,7 +703,7 @@ async fn purged_garbage_is_compacted() {
         }
         if g == a {
             assert_eq!(state.last_log_id, Some(log_id(3, count + 1)));
-            assert_eq!(entries.len(), 52);
+            assert_eq!(entries.len() as u64, kept + 2);
         } else {
             assert_eq!(state.last_log_id, Some(log_id(1, count)));
         }

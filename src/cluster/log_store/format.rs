@@ -26,6 +26,12 @@ pub(super) const HEADER: usize = 12;
 /// copying it.
 pub const COMPACT_MIN_BYTES: u64 = 1 << 20;
 
+/// A file is rewritten once it is more than this many times the size of its live records.
+/// Each rewrite copies the live records, so the copying per byte appended is about
+/// 1 / (ratio - 1) of a byte: at 4 a third of what rewriting at half dead costs, for a file up
+/// to four times its live records (which the log's memory bound limits).
+pub const COMPACT_RATIO: u64 = 4;
+
 /// A committed log id waits at most this long for other changes to share its write. It only
 /// shortens recovery (entries up to it are re-applied at start; later ones are committed again
 /// by the leader), so writing it on its own for every commit would cost a write for nothing.

@@ -34,7 +34,8 @@
 //!
 //! Compaction: groups purge at different times, so one file gathers dead records (purged,
 //! truncated or overwritten entries, superseded votes, committed ids and purge markers). When
-//! more than half of a file past `COMPACT_MIN_BYTES` is dead, the writer rewrites it as, for
+//! a file past `COMPACT_MIN_BYTES` is more than `COMPACT_RATIO` times its live records, the
+//! writer rewrites it as, for
 //! each group, its latest purge marker, vote and committed log id followed by its live
 //! entries, into `log.bin.tmp`, which is renamed over `log.bin` (with fsync on, the copy is
 //! fsynced before the rename and the directory after it). A crash at any point leaves the old
@@ -63,7 +64,7 @@ mod format;
 mod storage;
 mod writer;
 
-pub use format::COMPACT_MIN_BYTES;
+pub use format::{COMPACT_MIN_BYTES, COMPACT_RATIO};
 pub use storage::{GroupLog, NodeLog};
 
 /// Replays the contents of a `log.bin` as opening the log does, without touching the disk:

@@ -401,7 +401,7 @@ impl LogWriter {
     /// Whether the file is worth compacting now.
     pub(super) fn compaction_due(&self) -> bool {
         self.len >= COMPACT_MIN_BYTES.max(self.compact_from)
-            && self.index.live_bytes.saturating_mul(2) < self.len
+            && self.index.live_bytes.saturating_mul(COMPACT_RATIO) < self.len
     }
 
     /// Starts a background compaction: what `write_prefix` needs, taken now.
