@@ -1309,10 +1309,14 @@ impl Cluster {
                         None => Err(ProposeError::ClusterDown),
                     },
                 },
-                Some(ClientWriteError::LogEntryDiscarded(_)) => Err(ProposeError::TryAgain(
-                    "the leader changed before this write committed; it may or may not have been applied"
-                        .into(),
-                )),
+                Some(ClientWriteError::LogEntryDiscarded(_)) => {
+                    let settled = origin.is_some() && self.settle_discarded(&raft).await;
+                    Err(ProposeError::TryAgain(if settled {
+                        "the leader changed before this write committed; it was not applied".into()
+                    } else {
+                        "the leader changed before this write committed; it may or may not have been applied".into()
+                    }))
+                }
                 _ => Err(ProposeError::TryAgain(e.to_string())),
             },
             Err(_) => Err(ProposeError::TryAgain(format!(
@@ -1320,6 +1324,25 @@ impl Cluster {
                 self.write_timeout.as_millis()
             ))),
         }
+    }
+
+    /// Waits, at most `write_timeout`, until this replica has applied as far as its log now
+    /// reaches, after the entry of a write proposed here was discarded from its log (another
+    /// leader's log replaced it, or a snapshot covered it). Such an entry may still commit
+    /// through a replica that kept it; it can only commit at the index it had, which the log
+    /// reached. Once this replica has applied that far, the entry was either applied here, and
+    /// the shard that gathered it answered its clients with the replies, or it never will be:
+    /// the `-TRYAGAIN` the clients get otherwise is then exact, and a client that retries (as
+    /// Redis Cluster clients do on their own) cannot have the write applied twice. (Unless a
+    /// snapshot sent by the new leader carried the entry, which the apply never sees; a
+    /// replica that just proposed is rarely so far behind.) False when the wait ran out and the
+    /// write's fate is still unknown.
+    async fn settle_discarded(&self, raft: &GroupRaft) -> bool {
+        let upto = raft.metrics().borrow_watched().last_log_index;
+        raft.wait(Some(self.write_timeout))
+            .applied_index_at_least(upto, "a discarded write settles")
+            .await
+            .is_ok()
     }
 
     /// Stops every group. Their tasks run on the shards' event loops, which end after this.

@@ -259,3 +259,82 @@ async fn isolated_node_refuses_majority_serves_and_limits_hold() {
     })
     .await;
 }
+
+/// A write a leader takes just as it is cut off enters its log, where it can no longer commit;
+/// the majority elects another leader, whose log replaces that entry once the link heals. The
+/// old leader answers that write only once it has applied as far as its log reached, so the
+/// `-TRYAGAIN` it sends says the write was not applied, and the bucket on every replica shows
+/// it was not: a client that retries (as Redis Cluster clients do on their own) takes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_entry_a_new_leader_replaced_is_refused_once_its_fate_is_known() {
+    bounded(async {
+        let c = TestCluster::start(
+            "discarded",
+            Opts {
+                write_timeout: Some(Duration::from_secs(20)),
+                ..Opts::default()
+            },
+        )
+        .await;
+        c.wait_balanced(Duration::from_secs(10)).await;
+        let g = 0;
+        let old = c.agreed_leader(g).expect("group 0 has a leader");
+        let key = key_in_group(&c.spec, "discarded", g);
+        let take = ["CL.THROTTLE", key.as_str(), "9", "1", "3600", "1"];
+        let peek = ["CL.THROTTLE", key.as_str(), "9", "1", "3600", "0"];
+
+        // One token taken through the leader: the group is awake and its lease fresh.
+        let mut conn = Conn::connect(&c.addr(old)).await.expect("connect");
+        assert_eq!(conn.must(&take).await.limit()[2], 9);
+
+        // Cut off, then a write at once, inside the lease: it is proposed, and waits.
+        c.isolate(old);
+        let args: Vec<String> = take.iter().map(|s| s.to_string()).collect();
+        let pending = tokio::spawn(async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            conn.call_within(&args, Duration::from_secs(60)).await
+        });
+
+        // The majority elects another leader and takes a token through it.
+        let majority: Vec<String> = c
+            .ids()
+            .into_iter()
+            .filter(|&id| id != old)
+            .map(|id| c.addr(id))
+            .collect();
+        let mut router = Router::new(majority);
+        let (r, _) = router.call(&take, SERVE).await;
+        assert_eq!(r.limit()[2], 8, "the majority's take: {r:?}");
+        assert!(
+            !pending.is_finished(),
+            "the cut-off leader answered before the heal: {:?}",
+            pending.await
+        );
+
+        c.heal();
+        let reply = tokio::time::timeout(Duration::from_secs(15), pending)
+            .await
+            .expect("the old leader answers after the heal")
+            .expect("the write task")
+            .expect("the old leader's connection");
+        let e = reply
+            .error()
+            .unwrap_or_else(|| panic!("the replaced write was answered {reply:?}"));
+        assert!(
+            e.starts_with("TRYAGAIN") && e.ends_with("it was not applied"),
+            "the replaced write was answered -{e}"
+        );
+
+        // Not applied anywhere: every replica shows the two takes the clients were told of.
+        for id in c.ids() {
+            wait_for(
+                &format!("node {id} to show two tokens taken"),
+                Duration::from_secs(10),
+                || async { (c.local_limit(id, &peek).await[2] == 8).then_some(()) },
+            )
+            .await;
+        }
+        println!("discarded: node {old}'s write was answered -{e}");
+    })
+    .await;
+}
