@@ -190,7 +190,12 @@ pub(super) fn cut_upto<V>(map: &mut BTreeMap<u64, V>, upto: u64) -> BTreeMap<u64
 /// Inserts at `index` after dropping everything at or above it: an entry appended over existing
 /// ones replaces the conflicting suffix instead of leaving stale entries after it.
 pub(super) fn put<V>(map: &mut BTreeMap<u64, V>, index: u64, value: V) -> BTreeMap<u64, V> {
-    let removed = map.split_off(&index);
+    // Appends nearly always land past the last entry; `split_off` would still build (and then
+    // free) a spine of empty nodes as tall as the tree for each of them.
+    let removed = match map.last_key_value() {
+        Some((&last, _)) if last >= index => map.split_off(&index),
+        _ => BTreeMap::new(),
+    };
     map.insert(index, value);
     removed
 }
@@ -431,6 +436,11 @@ mod tests {
         // An entry put over others replaces them and everything after them.
         m.put(blank(4), 1);
         assert_eq!(m.bytes, 10 + 20 + 30 + 1);
+        // Over the last entry itself.
+        m.put(blank(4), 2);
+        assert_eq!(m.bytes, 10 + 20 + 30 + 2);
+        assert_eq!(m.entries.len(), 4);
+        m.put(blank(4), 1);
         m.truncate_after(Some(2));
         assert_eq!(m.bytes, 30);
         m.purge(&openraft::testing::log_id::<TypeConfig>(1, 1, 1));
