@@ -1337,12 +1337,31 @@ impl Cluster {
     /// snapshot sent by the new leader carried the entry, which the apply never sees; a
     /// replica that just proposed is rarely so far behind.) False when the wait ran out and the
     /// write's fate is still unknown.
+    ///
+    /// The log is read again once applied that far: a replica that found its log in conflict
+    /// with the new leader's may have cut it back before taking the leader's entries, so the
+    /// first reading can fall short of the discarded entry; the leader's entries then follow
+    /// within a round trip, and the wait goes on to where they reach.
     async fn settle_discarded(&self, raft: &GroupRaft) -> bool {
-        let upto = raft.metrics().borrow_watched().last_log_index;
-        raft.wait(Some(self.write_timeout))
-            .applied_index_at_least(upto, "a discarded write settles")
-            .await
-            .is_ok()
+        let deadline = tokio::time::Instant::now() + self.write_timeout;
+        let mut upto = raft.metrics().borrow_watched().last_log_index;
+        for _ in 0..2 {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if raft
+                .wait(Some(left))
+                .applied_index_at_least(upto, "a discarded write settles")
+                .await
+                .is_err()
+            {
+                return false;
+            }
+            let now = raft.metrics().borrow_watched().last_log_index;
+            if now <= upto {
+                return true;
+            }
+            upto = now;
+        }
+        true
     }
 
     /// Stops every group. Their tasks run on the shards' event loops, which end after this.

@@ -35,14 +35,14 @@
 //! Compaction: groups purge at different times, so one file gathers dead records (purged,
 //! truncated or overwritten entries, superseded votes, committed ids and purge markers). When
 //! a file past `COMPACT_MIN_BYTES` is more than `COMPACT_RATIO` times its live records, the
-//! writer rewrites it as, for
-//! each group, its latest purge marker, vote and committed log id followed by its live
-//! entries, into `log.bin.tmp`, which is renamed over `log.bin` (with fsync on, the copy is
-//! fsynced before the rename and the directory after it). A crash at any point leaves the old
-//! file or the new one, both whole. Without fsync the copy is made on a blocking thread while
-//! the groups go on appending to the old file (`log.bin.compact`); then, under the writer's
-//! lock, what was appended meanwhile is copied after it, every record's place is carried over,
-//! and the copy is renamed over `log.bin`, so a rewrite never stalls an event loop.
+//! writer rewrites it as, for each group, its latest purge marker, vote and committed log id
+//! followed by its live entries, into `log.bin.tmp`, which is renamed over `log.bin` (with
+//! fsync on, the copy is fsynced before the rename and the directory after it). A crash at any
+//! point leaves the old file or the new one, both whole. Without fsync the copy is made on a
+//! blocking thread while the groups go on appending to the old file (`log.bin.compact`); then,
+//! under the writer's lock, what was appended meanwhile is copied after it, every record's
+//! place is carried over, and the copy is renamed over `log.bin`, so a rewrite never stalls an
+//! event loop.
 //!
 //! A process killed in the middle of a write leaves a torn last record; replay recognises it
 //! (cut short, or a bad checksum followed only by zeros, as a power loss can leave) and drops
