@@ -22,8 +22,8 @@
 #   SMOKE_TIMEOUT       overall limit in seconds, cargo build included (default 1200: a release
 #                       build on a busy two-core machine has taken ten minutes)
 #   SKIP_CARGO_BUILD=1  package the binary already built (target/release/bucketd, or the one
-#                       BUCKETD_BIN names: CI packages the debug build its tests just made, which
-#                       spares a second, optimised build of the whole crate graph)
+#                       BUCKETD_BIN names: CI packages target/smoke/bucketd, an optimised build
+#                       without LTO that takes half as long to make)
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$SELF")/.."
