@@ -674,6 +674,8 @@ async fn purged_garbage_is_compacted() {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         let compacted = file_len(&log_file(&dir.0));
+        // The purged groups' kept entries, and room for every group's vote, committed id and
+        // purge marker.
         let slack = (n as u64 - 1) * (kept + 1) + 50;
         assert!(
             compacted > c_bytes && compacted < c_bytes + slack * (entry_size as u64 + 100),

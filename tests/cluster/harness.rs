@@ -404,6 +404,15 @@ impl TestCluster {
         self.ids().iter().map(|&id| self.addr(id)).collect()
     }
 
+    /// The client addresses of every node but `id` (the majority side of a cut, say).
+    pub fn addrs_but(&self, id: NodeId) -> Vec<String> {
+        self.ids()
+            .into_iter()
+            .filter(|&other| other != id)
+            .map(|other| self.addr(other))
+            .collect()
+    }
+
     /// Node id listening at a client address.
     pub fn id_of_addr(&self, addr: &str) -> Option<NodeId> {
         self.spec

@@ -142,7 +142,6 @@ async fn isolated_node_refuses_majority_serves_and_limits_hold() {
             .max_by_key(|&id| c.led_by(id).len())
             .expect("nodes");
         let its_groups = c.led_by(alone);
-        let others: Vec<u64> = c.ids().into_iter().filter(|&id| id != alone).collect();
         let keys: Vec<String> = (0..c.spec.groups)
             .map(|g| key_in_group(&c.spec, "partition", g))
             .collect();
@@ -153,7 +152,7 @@ async fn isolated_node_refuses_majority_serves_and_limits_hold() {
             start: Instant::now(),
             window: Mutex::new((None, None)),
         });
-        let majority: Vec<String> = others.iter().map(|&id| c.addr(id)).collect();
+        let majority = c.addrs_but(alone);
         let mut tasks = vec![
             tokio::spawn(probe(c.addr(alone), keys.clone(), sh.clone())),
             tokio::spawn(client(c.addrs(), false, keys.clone(), sh.clone())),
@@ -289,20 +288,17 @@ async fn a_write_whose_entry_a_new_leader_replaced_is_refused_once_its_fate_is_k
 
         // Cut off, then a write at once, inside the lease: it is proposed, and waits.
         c.isolate(old);
-        let args: Vec<String> = take.iter().map(|s| s.to_string()).collect();
+        let args = take.map(str::to_owned);
         let pending = tokio::spawn(async move {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            conn.call_within(&args, Duration::from_secs(60)).await
+            conn.call_within(
+                &args.each_ref().map(String::as_str),
+                Duration::from_secs(60),
+            )
+            .await
         });
 
         // The majority elects another leader and takes a token through it.
-        let majority: Vec<String> = c
-            .ids()
-            .into_iter()
-            .filter(|&id| id != old)
-            .map(|id| c.addr(id))
-            .collect();
-        let mut router = Router::new(majority);
+        let mut router = Router::new(c.addrs_but(old));
         let (r, _) = router.call(&take, SERVE).await;
         assert_eq!(r.limit()[2], 8, "the majority's take: {r:?}");
         assert!(

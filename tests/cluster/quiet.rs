@@ -212,13 +212,7 @@ async fn a_cut_off_quiet_leader_stops_claiming_and_the_majority_serves() {
         .await;
 
         // The majority side serves every group, with every acknowledged write in place.
-        let others: Vec<String> = c
-            .ids()
-            .into_iter()
-            .filter(|&id| id != alone)
-            .map(|id| c.addr(id))
-            .collect();
-        let mut inside = Router::new(others);
+        let mut inside = Router::new(c.addrs_but(alone));
         inside.stay_inside = true;
         let acked = bump_all(&mut inside, &keys, &acked).await;
 
