@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the bucketd container image (default tag bucketd:local) without pulling any base image.
 #
-#   1. cargo build --release              (the host's toolchain, the host's glibc)
+#   1. cargo build --profile release      (the host's toolchain, the host's glibc)
 #   2. assemble target/docker-rootfs/     the binary, exactly the shared libraries `ldd` lists for
 #                                         it (the dynamic loader included) at the same paths, and
 #                                         a few /etc files; plus target/docker-rootfs-data/, an
@@ -11,15 +11,17 @@
 # The image therefore runs on hosts with the same CPU architecture as this one; the libraries
 # travel inside it, so the host's glibc version does not matter.
 #
-# Environment: IMAGE (tag, default bucketd:local), SKIP_CARGO_BUILD=1 (use the binary already
-# built), BUCKETD_BIN (the binary to package, default target/release/bucketd; with
-# SKIP_CARGO_BUILD=1 it may be another build, such as target/debug/bucketd), CARGO_FLAGS (extra
-# flags for cargo build, default --locked).
+# Environment: IMAGE (tag, default bucketd:local), BUCKETD_PROFILE (the Cargo profile built and
+# packaged, default release; `.ci/run` uses smoke, optimised without LTO), SKIP_CARGO_BUILD=1
+# (package that profile's binary as already built), CARGO_FLAGS (extra flags for cargo build,
+# default --locked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-bucketd:local}
-BIN=${BUCKETD_BIN:-target/release/bucketd}
+PROFILE=${BUCKETD_PROFILE:-release}
+# Cargo puts the dev profile's output under target/debug, every other profile's under its name.
+BIN=target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/bucketd
 ROOTFS=target/docker-rootfs
 # Empty; the Dockerfile copies it to /data with --chown, which only takes effect on a directory
 # that COPY creates (hence not part of the root filesystem above).
@@ -35,9 +37,9 @@ command -v ldd >/dev/null || die "ldd is not installed (Debian: libc-bin)"
 
 if [ "${SKIP_CARGO_BUILD:-0}" != 1 ]; then
   # shellcheck disable=SC2086 # CARGO_FLAGS is a list of flags
-  cargo build --release ${CARGO_FLAGS---locked}
+  cargo build --profile "$PROFILE" ${CARGO_FLAGS---locked}
 fi
-[ -x "$BIN" ] || die "$BIN is missing; run cargo build --release (or name a built binary in BUCKETD_BIN)"
+[ -x "$BIN" ] || die "$BIN is missing; run cargo build --profile $PROFILE"
 
 # A fresh root filesystem every time, so nothing stale ends up in the image.
 rm -rf "$ROOTFS" "$DATADIR"

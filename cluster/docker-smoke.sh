@@ -21,9 +21,9 @@
 #   SMOKE_REMOVE        the node the scale stage removes: node4 (default), node1, node2 or node3
 #   SMOKE_TIMEOUT       overall limit in seconds, cargo build included (default 1200: a release
 #                       build on a busy two-core machine has taken ten minutes)
-#   SKIP_CARGO_BUILD=1  package the binary already built (target/release/bucketd, or the one
-#                       BUCKETD_BIN names: CI packages target/smoke/bucketd, an optimised build
-#                       without LTO that takes half as long to make)
+#   BUCKETD_PROFILE     the Cargo profile built and packaged (default release; CI uses smoke,
+#                       optimised without LTO, which takes half as long to build)
+#   SKIP_CARGO_BUILD=1  package that profile's binary as already built
 set -euo pipefail
 SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$SELF")/.."
