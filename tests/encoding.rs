@@ -423,6 +423,45 @@ fn every_key_cmd_keeps_its_encoding() {
 }
 
 /// One value of every `Reply` variant, in declaration order.
+/// Every command decodes back to what was encoded: on its own (each string copied) and inside
+/// a log entry (its strings packed into shared buffers), which a replica decodes.
+#[test]
+fn every_key_cmd_decodes_back_alone_and_inside_an_entry() {
+    let cfg = bincode::config::standard();
+    let cmds = every_key_cmd();
+    for (name, cmd) in &cmds {
+        let bytes = bincode::serde::encode_to_vec(cmd, cfg).expect("encodes");
+        let (back, used): (KeyCmd, usize) =
+            bincode::serde::decode_from_slice(&bytes, cfg).expect(name);
+        assert_eq!(used, bytes.len(), "{name}");
+        assert_eq!(encode(&back), encode(cmd), "{name}");
+    }
+    let entry = Proposal {
+        ts: 1,
+        origin: None,
+        cmds: std::sync::Arc::new(cmds.iter().map(|(_, c)| c.clone()).collect()),
+    };
+    let bytes = bincode::serde::encode_to_vec(&entry, cfg).expect("encodes");
+    let (back, _): (Proposal, usize) =
+        bincode::serde::decode_from_slice(&bytes, cfg).expect("decodes");
+    assert_eq!(back.cmds.len(), cmds.len());
+    for ((name, cmd), got) in cmds.iter().zip(back.cmds.iter()) {
+        assert_eq!(encode(got), encode(cmd), "{name} inside an entry");
+    }
+    // The entry's keys were packed: the two one-key commands that follow each other first
+    // (GET k, then SET's key) lie end to end.
+    let key = |c: &KeyCmd| match c {
+        KeyCmd::Get(k) => Some(k.clone()),
+        KeyCmd::Set { key, .. } => Some(key.clone()),
+        _ => None,
+    };
+    let (get, set) = (key(&back.cmds[0]), key(&back.cmds[1]));
+    let (Some(get), Some(set)) = (get, set) else {
+        panic!("every_key_cmd starts with GET then SET");
+    };
+    assert_eq!(get.as_ptr().wrapping_add(get.len()), set.as_ptr());
+}
+
 fn every_reply() -> Vec<(&'static str, Reply)> {
     vec![
         ("Ok", Reply::Ok),

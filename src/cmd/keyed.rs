@@ -10,7 +10,7 @@
 //! only ever appended; none is removed, moved elsewhere, or reordered.
 
 use super::hashes::{self, HashOp};
-use super::{cell, concurrency, expiry, keyspace, limits, scan, server, strings};
+use super::{cell, concurrency, expiry, keyspace, limits, packed, scan, server, strings};
 use crate::limiter::Decision;
 use crate::limiter::Rule;
 use crate::limiter::cell::CellArgs;
@@ -129,42 +129,51 @@ pub enum GetExOpt {
 
 /// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
 /// Variants are append-only: add new ones at the end, never reorder or change existing ones.
+/// Every byte-string field decodes through `packed` (a log entry's strings share buffers);
+/// a new one should too.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum KeyCmd {
-    Get(Bytes),
+    Get(#[serde(deserialize_with = "packed::bytes")] Bytes),
     Set {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
         value: Bytes,
         expiry: SetExpiry,
         cond: SetCond,
         get: bool,
     },
     IncrBy {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         delta: i64,
     },
     /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms),
     /// as logged before `ExpireChecked` replaced it; still applied when a log replays it.
     Expire {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         ms: i64,
         absolute: bool,
         cond: ExpireCond,
     },
-    Persist(Bytes),
+    Persist(#[serde(deserialize_with = "packed::bytes")] Bytes),
     Ttl {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         ms: bool,
     },
-    Type(Bytes),
-    Del(Vec<Bytes>),
-    Exists(Vec<Bytes>),
+    Type(#[serde(deserialize_with = "packed::bytes")] Bytes),
+    Del(#[serde(deserialize_with = "packed::list")] Vec<Bytes>),
+    Exists(#[serde(deserialize_with = "packed::list")] Vec<Bytes>),
     Throttle {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         args: CellArgs,
     },
     /// One limit; `cost` 0 peeks.
     Check {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         rule: Rule,
         cost: u64,
@@ -172,6 +181,7 @@ pub enum KeyCmd {
     },
     /// Several limits consumed all-or-nothing; every key is owned by this shard.
     CheckAll {
+        #[serde(deserialize_with = "packed::list")]
         keys: Vec<Bytes>,
         rules: Vec<Rule>,
         cost: u64,
@@ -179,23 +189,26 @@ pub enum KeyCmd {
     },
     /// Gives back what a `CheckAll` on this shard took, when a sibling shard refused.
     Refund {
+        #[serde(deserialize_with = "packed::list")]
         keys: Vec<Bytes>,
         rules: Vec<Rule>,
         cost: u64,
     },
     /// Takes up to `max` units at once, as many as are available now.
     Lease {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         rule: Rule,
         max: u64,
     },
     DbSize,
     FlushAll,
-    Keys(Bytes),
+    Keys(#[serde(deserialize_with = "packed::bytes")] Bytes),
     // New variants go below this line only: the enum's variant order is its encoding.
     /// EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT with Redis's overflow checks: `ms` is the argument
     /// in milliseconds, from now or since the epoch as `cmd` says.
     ExpireChecked {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         ms: i64,
         cond: ExpireCond,
@@ -203,40 +216,52 @@ pub enum KeyCmd {
     },
     /// SETEX / PSETEX: SET with a time to live in milliseconds (positive).
     SetEx {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
         value: Bytes,
         ms: u64,
         cmd: TimeCmd,
     },
     /// SETNX: SET NX answering 1 or 0.
     SetNx {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
         value: Bytes,
     },
     /// GETSET: SET GET.
     GetSet {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
         value: Bytes,
     },
     GetEx {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         opt: GetExOpt,
     },
-    GetDel(Bytes),
+    GetDel(#[serde(deserialize_with = "packed::bytes")] Bytes),
     /// EXPIRETIME / PEXPIRETIME.
     ExpireTime {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         ms: bool,
     },
     /// The increment is read on the shard, after the key's type is checked, as Redis orders it.
     IncrByFloat {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
         incr: Bytes,
     },
-    MGet(Vec<Bytes>),
+    MGet(#[serde(deserialize_with = "packed::list")] Vec<Bytes>),
     /// `keys[i]` is set to `values[i]`, in order (a repeated key ends with its last value).
     MSet {
+        #[serde(deserialize_with = "packed::list")]
         keys: Vec<Bytes>,
+        #[serde(deserialize_with = "packed::list")]
         values: Vec<Bytes>,
     },
     /// One shard's step of SCAN from scan position `from`: replies
@@ -245,17 +270,20 @@ pub enum KeyCmd {
     Scan {
         from: u64,
         count: u64,
+        #[serde(deserialize_with = "packed::optional")]
         pattern: Option<Bytes>,
+        #[serde(deserialize_with = "packed::optional")]
         type_name: Option<Bytes>,
     },
     /// A change to the cluster's metadata, encoded (`cluster::meta::MetaOp`): only the
     /// metadata group's log carries it, and only its state machine applies it.
-    Meta(Bytes),
+    Meta(#[serde(deserialize_with = "packed::bytes")] Bytes),
     /// Several limits decided together, each with its own cost; every key is owned by this
     /// shard. Nothing is taken unless every limit not marked `shadow` passes; then each limit
     /// that passes is taken, shadow ones included. A shadow limit is decided and reported as
     /// it stands, but never refuses the set.
     CheckSet {
+        #[serde(deserialize_with = "packed::list")]
         keys: Vec<Bytes>,
         rules: Vec<Rule>,
         costs: Vec<u64>,
@@ -265,25 +293,29 @@ pub enum KeyCmd {
     /// Gives back `costs[i]` units on `keys[i]`: what a `CheckSet` took, when a sibling share
     /// of the same set was refused.
     RefundSet {
+        #[serde(deserialize_with = "packed::list")]
         keys: Vec<Bytes>,
         rules: Vec<Rule>,
         costs: Vec<u64>,
     },
     /// BK.ACQUIRE: takes one of `limit` (1 to 100 000) slots for `ttl_ns` (positive).
     Acquire {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         limit: u64,
         ttl_ns: u64,
     },
     /// BK.RELEASE: gives back the slot `token` holds.
     Release {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         token: u64,
     },
     /// BK.INFLIGHT: how many slots are held.
-    InFlight(Bytes),
+    InFlight(#[serde(deserialize_with = "packed::bytes")] Bytes),
     /// A hash command (HSET, HGET, HINCRBY...) on the hash under `key`.
     Hash {
+        #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
         op: HashOp,
     },

@@ -34,6 +34,7 @@ pub(crate) mod keyed;
 pub(crate) mod keyspace;
 pub(crate) mod limits;
 pub(crate) mod node;
+pub(crate) mod packed;
 pub(crate) mod rules;
 pub(crate) mod scan;
 pub(crate) mod script;
