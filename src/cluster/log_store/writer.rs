@@ -112,23 +112,17 @@ pub(super) struct Prefix {
 
 /// Writes the live records (by `index`) of the first `len0` bytes of the log to `tmp`.
 ///
-/// Only the file from its first live entry on is read: what lies before it (entries purged
-/// since the last compaction) is most of what a compaction drops.
+/// Only the live records are read, as a few ranges: the rest (entries purged since the last
+/// compaction) is most of the file, and an idle group's old records would otherwise make the
+/// read start near the file's beginning.
 pub(super) fn write_prefix(
     dir: &Path,
     tmp: &Path,
     index: &DiskIndex,
     len0: u64,
 ) -> io::Result<Prefix> {
-    let base = index
-        .groups
-        .values()
-        .filter_map(|g| g.entries.values().map(|&(offset, _)| offset).min())
-        .min()
-        .unwrap_or(len0)
-        .min(len0);
-    let old = read_log_range(dir, base, len0)?;
-    let (index, bytes) = live_records(index, &old, base)?;
+    let old = LiveBytes::read(dir, index)?;
+    let (index, bytes) = live_records(index, &old)?;
     let mut f = File::create(tmp)?;
     f.write_all(&bytes)?;
     Ok(Prefix {
@@ -142,38 +136,94 @@ pub(super) fn write_prefix(
 /// Appends to `tmp` what the log holds from `p.copied_to` to `to`, as it is. Those bytes are
 /// whole records written before `to` was read under the writer's lock, and the file only
 /// grows until the compaction replaces it, so this runs without the lock: what the lock must
-/// cover at the end is then only what was appended meanwhile.
+/// cover at the end is then only what was appended meanwhile. The kernel copies them from
+/// file to file (`copy_file_range`), without passing them through this process.
 pub(super) fn catch_up(dir: &Path, tmp: &Path, p: &mut Prefix, to: u64) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
     if to <= p.copied_to {
         return Ok(());
     }
-    let chunk = read_log_range(dir, p.copied_to, to)?;
-    let mut f = OpenOptions::new().append(true).open(tmp)?;
-    f.write_all(&chunk)?;
+    let want = to - p.copied_to;
+    let mut src = File::open(dir.join(LOG_FILE))?;
+    src.seek(SeekFrom::Start(p.copied_to))?;
+    // Not opened to append: the kernel refuses to copy into a file opened so.
+    let mut f = OpenOptions::new().write(true).open(tmp)?;
+    f.seek(SeekFrom::End(0))?;
+    if io::copy(&mut src.take(want), &mut f)? != want {
+        return Err(invalid_data("raft log shorter than written"));
+    }
     p.copied_to = to;
     Ok(())
 }
 
-/// The log's bytes from offset `from` to `to`, all of them.
-fn read_log_range(dir: &Path, from: u64, to: u64) -> io::Result<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = File::open(dir.join(LOG_FILE))?;
-    f.seek(SeekFrom::Start(from))?;
-    let mut bytes = Vec::new();
-    f.take(to.saturating_sub(from)).read_to_end(&mut bytes)?;
-    if (bytes.len() as u64) != to.saturating_sub(from) {
-        return Err(invalid_data("raft log shorter than written"));
-    }
-    Ok(bytes)
+/// Live entries this close together in the file are read in one go.
+const READ_GAP: u64 = 64 << 10;
+
+/// Parts of the log file, each held from its offset on: where its live records lie.
+pub(super) struct LiveBytes {
+    /// By offset, not overlapping.
+    parts: Vec<(u64, Vec<u8>)>,
 }
 
-/// Every group's live records, as `index` places them in `old` (which holds the file from
-/// offset `base` on), laid out afresh: the bytes and their index.
-pub(super) fn live_records(
-    index: &DiskIndex,
-    old: &[u8],
-    base: u64,
-) -> io::Result<(DiskIndex, Vec<u8>)> {
+impl LiveBytes {
+    /// The whole file, read at once.
+    fn whole(bytes: Vec<u8>) -> LiveBytes {
+        LiveBytes {
+            parts: vec![(0, bytes)],
+        }
+    }
+
+    /// Reads the ranges of the file that hold the entries `index` places in it.
+    fn read(dir: &Path, index: &DiskIndex) -> io::Result<LiveBytes> {
+        use std::os::unix::fs::FileExt;
+        let mut spans: Vec<(u64, u64)> = index
+            .groups
+            .values()
+            .flat_map(|g| g.entries.values())
+            .map(|&(offset, size)| (offset, offset.saturating_add(size)))
+            .collect();
+        spans.sort_unstable();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for (from, to) in spans {
+            match ranges.last_mut() {
+                Some(last) if from <= last.1.saturating_add(READ_GAP) => last.1 = last.1.max(to),
+                _ => ranges.push((from, to)),
+            }
+        }
+        let f = File::open(dir.join(LOG_FILE))?;
+        let mut parts = Vec::with_capacity(ranges.len());
+        for (from, to) in ranges {
+            let len =
+                usize::try_from(to - from).map_err(|_| invalid_data("raft log range too large"))?;
+            let mut buf = vec![0; len];
+            f.read_exact_at(&mut buf, from).map_err(|e| {
+                if e.kind() == io::ErrorKind::UnexpectedEof {
+                    invalid_data("raft log shorter than written")
+                } else {
+                    e
+                }
+            })?;
+            parts.push((from, buf));
+        }
+        Ok(LiveBytes { parts })
+    }
+
+    /// The `size` bytes at `offset`, if they were read.
+    fn get(&self, offset: u64, size: u64) -> Option<&[u8]> {
+        let i = self
+            .parts
+            .partition_point(|(at, _)| *at <= offset)
+            .checked_sub(1)?;
+        let (at, bytes) = self.parts.get(i)?;
+        let from = usize::try_from(offset - at).ok()?;
+        let to = from.checked_add(usize::try_from(size).ok()?)?;
+        bytes.get(from..to)
+    }
+}
+
+/// Every group's live records, as `index` places them in `old`, laid out afresh: the bytes
+/// and their index.
+pub(super) fn live_records(index: &DiskIndex, old: &LiveBytes) -> io::Result<(DiskIndex, Vec<u8>)> {
     let capacity = usize::try_from(index.live_bytes).unwrap_or(0);
     let mut buf = Vec::with_capacity(capacity);
     let mut out = DiskIndex::default();
@@ -191,18 +241,11 @@ pub(super) fn live_records(
             buf.extend_from_slice(record);
         }
         for (&i, &(offset, size)) in &g.entries {
-            let record = offset
-                .checked_sub(base)
-                .and_then(|from| {
-                    let from = usize::try_from(from).ok()?;
-                    let to = from.checked_add(usize::try_from(size).ok()?)?;
-                    old.get(from..to)
-                })
-                .ok_or_else(|| {
-                    invalid_data(format!(
-                        "{LOG_FILE}: group {group} entry {i} lies past the end of the file"
-                    ))
-                })?;
+            let record = old.get(offset, size).ok_or_else(|| {
+                invalid_data(format!(
+                    "{LOG_FILE}: group {group} entry {i} lies past the end of the file"
+                ))
+            })?;
             out.entry(group, i, buf.len() as u64, size);
             buf.extend_from_slice(record);
         }
@@ -388,8 +431,8 @@ impl LogWriter {
 
     /// Writes every group's live records to `tmp`; returns their new index and the new length.
     pub(super) fn write_compacted(&self, tmp: &Path) -> io::Result<(DiskIndex, u64)> {
-        let old = fs::read(self.dir.join(LOG_FILE))?;
-        let (index, buf) = live_records(&self.index, &old, 0)?;
+        let old = LiveBytes::whole(fs::read(self.dir.join(LOG_FILE))?);
+        let (index, buf) = live_records(&self.index, &old)?;
         let mut f = File::create(tmp)?;
         f.write_all(&buf)?;
         if self.fsync {
@@ -682,5 +725,78 @@ fn lower_priority() {
     unsafe {
         let tid = libc::gettid();
         let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log file of `len` bytes where byte `i` is `i % 251`, in a fresh directory.
+    fn file(len: usize) -> (PathBuf, Vec<u8>) {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "bucketd-writer-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        fs::write(dir.join(LOG_FILE), &bytes).unwrap();
+        (dir, bytes)
+    }
+
+    #[test]
+    fn only_live_ranges_are_read_and_each_record_comes_back_whole() {
+        let (dir, bytes) = file(1 << 20);
+        let mut index = DiskIndex::default();
+        // Two groups' records close together, one far away, one at the very end.
+        index.entry(1, 1, 100, 20);
+        index.entry(2, 1, 130, 50);
+        index.entry(1, 2, 400_000, 64);
+        index.entry(2, 2, (1 << 20) - 10, 10);
+        let live = LiveBytes::read(&dir, &index).unwrap();
+        assert_eq!(live.parts.len(), 3, "far-apart records are read apart");
+        let read: usize = live.parts.iter().map(|(_, b)| b.len()).sum();
+        assert!(read < 1000, "read {read} bytes of a file of 1 MiB");
+        for (offset, size) in [(100, 20), (130, 50), (400_000, 64), ((1 << 20) - 10, 10)] {
+            let want = &bytes[offset as usize..(offset + size) as usize];
+            assert_eq!(live.get(offset, size), Some(want), "record at {offset}");
+        }
+        assert_eq!(live.get(400_000, 65), None, "past what was read");
+        assert_eq!(live.get(50, 10), None, "before anything read");
+
+        let (index2, out) = live_records(&index, &live).unwrap();
+        assert_eq!(out.len() as u64, index2.live_bytes);
+
+        // A record the file no longer holds is an error, not a short read.
+        index.entry(3, 1, (1 << 20) - 4, 8);
+        assert!(LiveBytes::read(&dir, &index).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn catching_up_appends_the_range_as_it_is() {
+        let (dir, bytes) = file(200_000);
+        let tmp = dir.join(COMPACT_TMP);
+        fs::write(&tmp, b"prefix").unwrap();
+        let mut p = Prefix {
+            index: DiskIndex::default(),
+            len: 6,
+            len0: 1000,
+            copied_to: 1000,
+        };
+        catch_up(&dir, &tmp, &mut p, 150_000).unwrap();
+        catch_up(&dir, &tmp, &mut p, 200_000).unwrap();
+        assert_eq!(p.copied_to, 200_000);
+        let got = fs::read(&tmp).unwrap();
+        assert_eq!(&got[..6], b"prefix");
+        assert!(got[6..] == bytes[1000..], "the copied range differs");
+        assert!(
+            catch_up(&dir, &tmp, &mut p, 300_000).is_err(),
+            "past the end"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
