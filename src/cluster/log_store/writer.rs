@@ -110,24 +110,39 @@ pub(super) struct Prefix {
     pub(super) copied_to: u64,
 }
 
-/// Writes the live records (by `index`) of the first `len0` bytes of the log to `tmp`.
+/// Writes the live records (by `index`) of the log to `tmp`, synced to disk if `sync`; returns
+/// where each landed and the new file's length.
 ///
 /// Only the live records are read, as a few ranges: the rest (entries purged since the last
 /// compaction) is most of the file, and an idle group's old records would otherwise make the
 /// read start near the file's beginning.
+fn write_live(
+    dir: &Path,
+    tmp: &Path,
+    index: &DiskIndex,
+    sync: bool,
+) -> io::Result<(DiskIndex, u64)> {
+    let old = LiveBytes::read(dir, index)?;
+    let (index, bytes) = live_records(index, &old)?;
+    let mut f = File::create(tmp)?;
+    f.write_all(&bytes)?;
+    if sync {
+        f.sync_all()?;
+    }
+    Ok((index, bytes.len() as u64))
+}
+
+/// Writes the live records (by `index`) of the first `len0` bytes of the log to `tmp`.
 pub(super) fn write_prefix(
     dir: &Path,
     tmp: &Path,
     index: &DiskIndex,
     len0: u64,
 ) -> io::Result<Prefix> {
-    let old = LiveBytes::read(dir, index)?;
-    let (index, bytes) = live_records(index, &old)?;
-    let mut f = File::create(tmp)?;
-    f.write_all(&bytes)?;
+    let (index, len) = write_live(dir, tmp, index, false)?;
     Ok(Prefix {
         index,
-        len: bytes.len() as u64,
+        len,
         len0,
         copied_to: len0,
     })
@@ -160,19 +175,12 @@ pub(super) fn catch_up(dir: &Path, tmp: &Path, p: &mut Prefix, to: u64) -> io::R
 const READ_GAP: u64 = 64 << 10;
 
 /// Parts of the log file, each held from its offset on: where its live records lie.
-pub(super) struct LiveBytes {
+struct LiveBytes {
     /// By offset, not overlapping.
     parts: Vec<(u64, Vec<u8>)>,
 }
 
 impl LiveBytes {
-    /// The whole file, read at once.
-    fn whole(bytes: Vec<u8>) -> LiveBytes {
-        LiveBytes {
-            parts: vec![(0, bytes)],
-        }
-    }
-
     /// Reads the ranges of the file that hold the entries `index` places in it.
     fn read(dir: &Path, index: &DiskIndex) -> io::Result<LiveBytes> {
         use std::os::unix::fs::FileExt;
@@ -223,7 +231,7 @@ impl LiveBytes {
 
 /// Every group's live records, as `index` places them in `old`, laid out afresh: the bytes
 /// and their index.
-pub(super) fn live_records(index: &DiskIndex, old: &LiveBytes) -> io::Result<(DiskIndex, Vec<u8>)> {
+fn live_records(index: &DiskIndex, old: &LiveBytes) -> io::Result<(DiskIndex, Vec<u8>)> {
     let capacity = usize::try_from(index.live_bytes).unwrap_or(0);
     let mut buf = Vec::with_capacity(capacity);
     let mut out = DiskIndex::default();
@@ -431,14 +439,7 @@ impl LogWriter {
 
     /// Writes every group's live records to `tmp`; returns their new index and the new length.
     pub(super) fn write_compacted(&self, tmp: &Path) -> io::Result<(DiskIndex, u64)> {
-        let old = LiveBytes::whole(fs::read(self.dir.join(LOG_FILE))?);
-        let (index, buf) = live_records(&self.index, &old)?;
-        let mut f = File::create(tmp)?;
-        f.write_all(&buf)?;
-        if self.fsync {
-            f.sync_all()?;
-        }
-        Ok((index, buf.len() as u64))
+        write_live(&self.dir, tmp, &self.index, self.fsync)
     }
 
     /// Whether the file is worth compacting now.
