@@ -26,37 +26,8 @@ pub struct Proposal {
     /// Shared, not copied, by the log, the replication streams and the apply: one entry is
     /// read several times on a leader. Encoded exactly as the list of commands itself; the
     /// strings of a decoded entry's commands share a few buffers (see `cmd::packed`).
-    #[serde(deserialize_with = "packed_commands")]
+    #[serde(deserialize_with = "crate::cmd::packed::commands")]
     pub cmds: Arc<Vec<KeyCmd>>,
-}
-
-/// Decodes an entry's commands with their strings packed together, in buffers sized by the
-/// number of commands.
-fn packed_commands<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Arc<Vec<KeyCmd>>, D::Error> {
-    struct Commands;
-    impl<'de> serde::de::Visitor<'de> for Commands {
-        type Value = Vec<KeyCmd>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a list of commands")
-        }
-
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            mut seq: A,
-        ) -> Result<Vec<KeyCmd>, A::Error> {
-            let n = seq.size_hint().unwrap_or(0);
-            crate::cmd::packed::packing(n, || {
-                // The hint comes from the input: capped, so a forged count allocates little.
-                let mut cmds = Vec::with_capacity(n.min(4096));
-                while let Some(c) = seq.next_element()? {
-                    cmds.push(c);
-                }
-                Ok(cmds)
-            })
-        }
-    }
-    d.deserialize_seq(Commands).map(Arc::new)
 }
 
 /// Names a batch gathered by one shard of one node run: the shard's run (a number drawn at

@@ -4,22 +4,25 @@
 //! A follower decodes every entry its leader sends and keeps it in memory until a snapshot
 //! covers it. Decoded one by one, each command's key was an allocation of its own: millions of
 //! small blocks, all freed together when the log is trimmed, which left the allocator's heap
-//! in pieces and made every later allocation slower. Inside `packing`, the key and value
-//! fields of `KeyCmd` (which name these functions in `deserialize_with`) are copied end to end
-//! into shared buffers sized for the entry: each string is then a reference into one, and a
-//! buffer is freed when the entry's last command goes. A buffer holds one entry's strings only,
-//! so it lives exactly as long as that entry, and the memory an entry keeps is about what its
-//! strings weigh (at most one buffer's unused tail more).
+//! in pieces and made every later allocation slower. While `commands` decodes an entry's
+//! commands, the key and value fields of `KeyCmd` (which name `bytes`, `list` and `optional`
+//! in `deserialize_with`) are copied end to end into shared buffers sized for the entry: each
+//! string is then a reference into one, and a buffer is freed when the entry's last command
+//! goes. A buffer holds one entry's strings only, so it lives exactly as long as that entry,
+//! and the memory an entry keeps is about what its strings weigh (at most one buffer's unused
+//! tail more).
 //!
-//! Outside `packing` (and for a string longer than `PACK_MAX`), a string is copied into an
-//! allocation of its own, as `Bytes` itself decodes. Only decoding changes: the encoded bytes
-//! are the same either way.
+//! Outside an entry (a batch forwarded to a leader, say), and for a string longer than
+//! `PACK_MAX`, a string is copied into an allocation of its own, as `Bytes` itself decodes.
+//! Only decoding changes: the encoded bytes are the same either way.
 
+use super::keyed::KeyCmd;
 use bytes::{Bytes, BytesMut};
 use serde::Deserializer;
 use serde::de::{self, SeqAccess, Visitor};
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 
 /// Longer strings get an allocation of their own: sharing saves nothing for them, and one
 /// would pin its neighbours' buffer.
@@ -46,7 +49,7 @@ thread_local! {
 
 /// Runs `decode` with the strings it decodes packed into buffers of their own, sized for
 /// about `commands` commands. Nested calls each pack on their own.
-pub(crate) fn packing<R>(commands: usize, decode: impl FnOnce() -> R) -> R {
+fn packing<R>(commands: usize, decode: impl FnOnce() -> R) -> R {
     let next = commands
         .saturating_mul(ROOM_PER_COMMAND)
         .clamp(BUF_MIN, BUF_MAX);
@@ -121,6 +124,32 @@ impl<'de> Visitor<'de> for BytesVisitor {
         }
         Ok(Bytes::from(v))
     }
+}
+
+/// A log entry's commands (`deserialize_with` of `Proposal::cmds`), their strings packed in
+/// buffers sized by the number of commands.
+pub(crate) fn commands<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Vec<KeyCmd>>, D::Error> {
+    struct Commands;
+    impl<'de> Visitor<'de> for Commands {
+        type Value = Vec<KeyCmd>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of commands")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<KeyCmd>, A::Error> {
+            let n = seq.size_hint().unwrap_or(0);
+            packing(n, || {
+                // The hint comes from the input: capped, so a forged count allocates little.
+                let mut cmds = Vec::with_capacity(n.min(4096));
+                while let Some(c) = seq.next_element()? {
+                    cmds.push(c);
+                }
+                Ok(cmds)
+            })
+        }
+    }
+    d.deserialize_seq(Commands).map(Arc::new)
 }
 
 /// One string (`deserialize_with` of a `Bytes` field).
