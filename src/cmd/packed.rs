@@ -166,28 +166,10 @@ impl<'de> de::Deserialize<'de> for Packed {
     }
 }
 
-struct ListVisitor;
-
-impl<'de> Visitor<'de> for ListVisitor {
-    type Value = Vec<Bytes>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list of byte strings")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Bytes>, A::Error> {
-        // The hint comes from the input: capped, so a forged length allocates nothing.
-        let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(Packed(b)) = seq.next_element()? {
-            v.push(b);
-        }
-        Ok(v)
-    }
-}
-
 /// A list of strings (`deserialize_with` of a `Vec<Bytes>` field).
 pub(crate) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Bytes>, D::Error> {
-    d.deserialize_seq(ListVisitor)
+    // serde caps the length hint it reserves for; unwrapping collects in place.
+    <Vec<Packed> as de::Deserialize>::deserialize(d).map(|v| v.into_iter().map(|p| p.0).collect())
 }
 
 /// An optional string (`deserialize_with` of an `Option<Bytes>` field).
