@@ -436,11 +436,7 @@ fn every_key_cmd_decodes_back_alone_and_inside_an_entry() {
         assert_eq!(used, bytes.len(), "{name}");
         assert_eq!(encode(&back), encode(cmd), "{name}");
     }
-    let entry = Proposal {
-        ts: 1,
-        origin: None,
-        cmds: std::sync::Arc::new(cmds.iter().map(|(_, c)| c.clone()).collect()),
-    };
+    let entry = Proposal::new(1, None, cmds.iter().map(|(_, c)| c.clone()).collect());
     let bytes = bincode::serde::encode_to_vec(&entry, cfg).expect("encodes");
     let (back, _): (Proposal, usize) =
         bincode::serde::decode_from_slice(&bytes, cfg).expect("decodes");
@@ -503,17 +499,17 @@ fn log_id(term: u64, index: u64) -> LogId {
 }
 
 fn proposal(origin: Option<Origin>) -> Proposal {
-    Proposal {
-        ts: 1_700_000_000_000_000_000,
+    Proposal::new(
+        1_700_000_000_000_000_000,
         origin,
-        cmds: std::sync::Arc::new(vec![
+        vec![
             KeyCmd::Get(b("k")),
             KeyCmd::IncrBy {
                 key: b("n"),
                 delta: 1,
             },
-        ]),
-    }
+        ],
+    )
 }
 
 #[test]

@@ -161,14 +161,14 @@ fn normal(term: u64, index: u64, size: usize) -> Entry {
     let key = Bytes::from(vec![b'k'; size]);
     Entry::new_normal(
         log_id(term, index),
-        Proposal {
-            ts: index * 1000,
-            origin: None,
-            cmds: std::sync::Arc::new(vec![KeyCmd::IncrBy {
+        Proposal::new(
+            index * 1000,
+            None,
+            vec![KeyCmd::IncrBy {
                 key,
                 delta: index as i64,
-            }]),
-        },
+            }],
+        ),
     )
 }
 
@@ -1006,4 +1006,42 @@ async fn compactions_one_after_another_with_appends_throughout_keep_every_entry(
         entries.last().map(|e| e.log_id),
         Some(log_id(1, next_b - 1))
     );
+}
+
+/// The entry a leader's log wrote comes back to its readers (the appends to the followers)
+/// carrying the bytes the log wrote for it, the entry's own encoding; an entry that arrived
+/// with its encoding is written from it, and reopening the log gives the same entries.
+#[tokio::test]
+async fn entries_read_back_carry_the_encoding_the_log_wrote() {
+    let dir = TempDir::new("wire");
+    let log = open(&dir, false);
+    let mut store = log.group(5);
+    let first = normal(1, 1, 40);
+    let mut second = normal(1, 2, 40);
+    let encoded =
+        |e: &Entry| bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
+    let (first_bytes, second_bytes) = (encoded(&first), encoded(&second));
+    if let EntryPayload::Normal(p) = &mut second.payload {
+        p.wire.0 = Some(Bytes::from(second_bytes.clone()));
+    }
+    append(&mut store, vec![first, second, blank(1, 3)]).await;
+    let back = all_entries(&mut store).await;
+    let wires: Vec<Option<Vec<u8>>> = back
+        .iter()
+        .map(|e| match &e.payload {
+            EntryPayload::Normal(p) => p.wire.0.as_ref().map(|b| b.to_vec()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(wires, vec![Some(first_bytes), Some(second_bytes), None]);
+    let before: Vec<Vec<u8>> = back.iter().map(encoded).collect();
+    drop(store);
+    drop(log);
+    let log = open(&dir, false);
+    let after: Vec<Vec<u8>> = all_entries(&mut log.group(5))
+        .await
+        .iter()
+        .map(encoded)
+        .collect();
+    assert_eq!(after, before);
 }

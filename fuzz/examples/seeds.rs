@@ -17,7 +17,6 @@ use openraft::storage::{IOFlushed, RaftLogStorage};
 use openraft::type_config::TypeConfigExt;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 fn multibulk(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
@@ -122,11 +121,7 @@ fn key_cmds() -> Vec<KeyCmd> {
 fn normal(term: u64, index: u64, cmds: Vec<KeyCmd>) -> Entry {
     Entry::new_normal(
         log_id(term, index),
-        Proposal {
-            ts: 1_700_000_000_000_000_000 + index,
-            origin: None,
-            cmds: Arc::new(cmds),
-        },
+        Proposal::new(1_700_000_000_000_000_000 + index, None, cmds),
     )
 }
 

@@ -1287,11 +1287,7 @@ impl Cluster {
             self.commands_proposed
                 .fetch_add(cmds.len() as u64, Ordering::Relaxed);
         }
-        let proposal = Proposal {
-            ts: self.clock.now_ns(),
-            origin,
-            cmds: Arc::new(cmds),
-        };
+        let proposal = Proposal::new(self.clock.now_ns(), origin, cmds);
         match tokio::time::timeout(self.write_timeout, raft.client_write(proposal)).await {
             Ok(Ok(resp)) => {
                 let Applied(replies) = resp.data;

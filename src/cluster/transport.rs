@@ -32,7 +32,9 @@
 
 use crate::cluster::node::ProposeError;
 use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
-use crate::cluster::typ::{GroupId, GroupSnapshot, NodeId, TypeConfig, Vote};
+use crate::cluster::typ::{
+    Entry, GroupId, GroupSnapshot, LogId, NodeId, TypeConfig, Vote, set_wire,
+};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shutdown::Shutdown;
 use crate::sync::lock;
@@ -255,10 +257,54 @@ pub enum PeerFrame {
 /// Appends `frame` to `out` as one message: one length-prefixed frame, or several when it is
 /// larger than `FRAME_CAP`.
 fn encode(frame: &PeerFrame, out: &mut Vec<u8>) -> Result<(), CallError> {
+    encode_with(out, |out| put(out, frame))
+}
+
+/// Appends one value's bincode encoding to `out`.
+fn put(out: &mut Vec<u8>, value: impl Serialize) -> Result<(), CallError> {
+    bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
+        .map(drop)
+        .map_err(|e| CallError::Encode(e.to_string()))
+}
+
+/// The variant numbers bincode gives `PeerFrame::Request` and `Rpc::Append` (their places in
+/// their enums).
+const REQUEST_VARIANT: u32 = 0;
+const APPEND_VARIANT: u32 = 0;
+
+/// Appends a request to `out` as `encode` does. An append's entries that carry their encoding
+/// (`Proposal::wire`, the leader's log wrote it) are copied from it rather than encoded again
+/// for each follower; the bytes are the same either way, since bincode writes an enum's
+/// variant number and then its fields one after the other, with nothing around them.
+fn encode_request(id: u64, group: GroupId, rpc: Rpc, out: &mut Vec<u8>) -> Result<(), CallError> {
+    let Rpc::Append(req) = &rpc else {
+        return encode(&PeerFrame::Request { id, group, rpc }, out);
+    };
+    encode_with(out, |out| {
+        put(out, (REQUEST_VARIANT, id, group, APPEND_VARIANT))?;
+        put(out, (&req.vote, &req.prev_log_id, req.entries.len() as u64))?;
+        for entry in &req.entries {
+            match crate::cluster::typ::wire_of(entry) {
+                Some(bytes) => out.extend_from_slice(bytes),
+                None => put(out, entry)?,
+            }
+        }
+        put(out, req.leader_commit)
+    })
+}
+
+/// Frames what `body` appends to `out`: one length-prefixed frame, or several when it is
+/// larger than `FRAME_CAP`.
+fn encode_with(
+    out: &mut Vec<u8>,
+    body: impl FnOnce(&mut Vec<u8>) -> Result<(), CallError>,
+) -> Result<(), CallError> {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
-    bincode::serde::encode_into_std_write(frame, out, bincode::config::standard())
-        .map_err(|e| CallError::Encode(e.to_string()))?;
+    if let Err(e) = body(out) {
+        out.truncate(start);
+        return Err(e);
+    }
     let len = out.len() - start - 4;
     if len > MESSAGE_CAP {
         out.truncate(start);
@@ -356,9 +402,53 @@ async fn read_frame(
 /// Decodes a message's bytes (what its frames carried), refusing lengths the bytes cannot
 /// hold.
 pub fn decode_peer_frame(bytes: &[u8]) -> Result<PeerFrame, String> {
-    crate::cluster::decode_bounded(bytes)
+    use crate::cluster::decode_bounded;
+    if let Ok(((REQUEST_VARIANT, id, group, APPEND_VARIANT), at)) =
+        decode_bounded::<(u32, u64, GroupId, u32)>(bytes)
+    {
+        return decode_append(bytes, at, id, group).map_err(|e| e.to_string());
+    }
+    decode_bounded(bytes)
         .map(|(f, _)| f)
         .map_err(|e| e.to_string())
+}
+
+/// The rest of an append request (from `at` in `bytes`), decoded piece by piece so that each
+/// entry keeps the bytes it came in (`Proposal::wire`): the follower's log writes those
+/// rather than encoding the entry again.
+fn decode_append(
+    bytes: &[u8],
+    mut at: usize,
+    id: u64,
+    group: GroupId,
+) -> Result<PeerFrame, bincode::error::DecodeError> {
+    use crate::cluster::decode_bounded;
+    let rest = |at: usize| bytes.get(at..).unwrap_or_default();
+    let ((vote, prev_log_id, n), used): ((Vote, Option<LogId>, u64), usize) =
+        decode_bounded(rest(at))?;
+    at += used;
+    // An entry takes at least one byte: a count beyond what is left fails once the bytes end.
+    let room = bytes.len().saturating_sub(at);
+    let mut entries = Vec::with_capacity(usize::try_from(n).unwrap_or(usize::MAX).min(room));
+    for _ in 0..n {
+        let (mut entry, used): (Entry, usize) = decode_bounded(rest(at))?;
+        if let Some(encoded) = bytes.get(at..at + used) {
+            set_wire(&mut entry, Some(bytes::Bytes::copy_from_slice(encoded)));
+        }
+        at += used;
+        entries.push(entry);
+    }
+    let (leader_commit, _) = decode_bounded(rest(at))?;
+    Ok(PeerFrame::Request {
+        id,
+        group,
+        rpc: Rpc::Append(AppendEntriesRequest {
+            vote,
+            prev_log_id,
+            entries,
+            leader_commit,
+        }),
+    })
 }
 
 /// How a peer connection proves it belongs to the cluster, before any message is decoded.
@@ -1012,7 +1102,7 @@ impl Network {
         let link = self.link(target).ok_or(CallError::UnknownNode(target))?;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let mut bytes = Vec::new();
-        encode(&PeerFrame::Request { id, group, rpc }, &mut bytes)?;
+        encode_request(id, group, rpc, &mut bytes)?;
         let (tx, rx) = oneshot::channel();
         lock(&link.in_flight).insert(id, tx);
         if let Err(refused) = self.queue(target, &link, bytes) {
@@ -1484,6 +1574,110 @@ mod tests {
             Err(ReadError::TooLarge(_))
         ));
         assert_eq!(buf.capacity(), 0);
+    }
+
+    fn wired_append() -> (AppendEntriesRequest<TypeConfig>, Vec<Vec<u8>>) {
+        use crate::cluster::typ::Proposal;
+        use openraft::entry::RaftEntry;
+        let lid = |i| openraft::testing::log_id::<TypeConfig>(2, 1, i);
+        let cmds = |k: &str| {
+            vec![KeyCmd::IncrBy {
+                key: bytes::Bytes::from(k.to_string()),
+                delta: 3,
+            }]
+        };
+        let entries = vec![
+            Entry::new_normal(lid(5), Proposal::new(7, None, cmds("a"))),
+            Entry::new_blank(lid(6)),
+            Entry::new_normal(lid(7), Proposal::new(8, None, cmds("b"))),
+        ];
+        let plain: Vec<Vec<u8>> = entries
+            .iter()
+            .map(|e| bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap())
+            .collect();
+        let req = AppendEntriesRequest {
+            vote: Vote::new_committed(2, 1),
+            prev_log_id: Some(lid(4)),
+            entries,
+            leader_commit: Some(lid(3)),
+        };
+        (req, plain)
+    }
+
+    /// An append whose entries carry their encoding (as the leader's log leaves them) is sent
+    /// as exactly the bytes of the whole request encoded, and those bytes are copied, not
+    /// encoded again; the follower gets each entry back with the bytes it came in.
+    #[test]
+    fn appends_carry_each_entry_as_encoded_once() {
+        let (mut req, plain) = wired_append();
+        let mut whole = Vec::new();
+        encode(
+            &PeerFrame::Request {
+                id: 11,
+                group: 4,
+                rpc: Rpc::Append(req.clone()),
+            },
+            &mut whole,
+        )
+        .unwrap();
+        // The first entry carries its encoding, the third does not: both ways give the same
+        // bytes.
+        set_wire(&mut req.entries[0], Some(plain[0].clone().into()));
+        let mut spliced = Vec::new();
+        encode_request(11, 4, Rpc::Append(req.clone()), &mut spliced).unwrap();
+        assert_eq!(spliced, whole);
+
+        let PeerFrame::Request { id, group, rpc } = decode_peer_frame(&spliced[4..]).unwrap()
+        else {
+            panic!("a request");
+        };
+        let Rpc::Append(back) = rpc else {
+            panic!("an append")
+        };
+        assert_eq!((id, group), (11, 4));
+        assert_eq!(back.vote, req.vote);
+        assert_eq!(back.prev_log_id, req.prev_log_id);
+        assert_eq!(back.leader_commit, req.leader_commit);
+        assert_eq!(back.entries.len(), 3);
+        for (i, e) in back.entries.iter().enumerate() {
+            let again = bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
+            assert_eq!(again, plain[i], "entry {i}");
+            // A blank entry has nowhere to keep bytes; a normal one keeps what it came in.
+            let kept = crate::cluster::typ::wire_of(e).map(|b| b.to_vec());
+            assert_eq!(kept, (i != 1).then(|| plain[i].clone()), "entry {i}");
+        }
+
+        // The carried bytes are what is sent: an entry carrying another's encoding arrives
+        // as that other entry.
+        set_wire(&mut req.entries[0], Some(plain[2].clone().into()));
+        let mut swapped = Vec::new();
+        encode_request(11, 4, Rpc::Append(req), &mut swapped).unwrap();
+        let Ok(PeerFrame::Request {
+            rpc: Rpc::Append(back),
+            ..
+        }) = decode_peer_frame(&swapped[4..])
+        else {
+            panic!("an append");
+        };
+        assert_eq!(back.entries[0].log_id.index, 7);
+    }
+
+    /// An append announcing more entries than its bytes hold is refused, without room made
+    /// for the count it announced.
+    #[test]
+    fn an_append_announcing_more_entries_than_it_holds_is_refused() {
+        let (req, _) = wired_append();
+        let mut bytes = Vec::new();
+        put(&mut bytes, (REQUEST_VARIANT, 1u64, 2u32, APPEND_VARIANT)).unwrap();
+        put(&mut bytes, (&req.vote, &req.prev_log_id, u64::MAX)).unwrap();
+        bytes.extend_from_slice(&[0; 8]);
+        assert!(decode_peer_frame(&bytes).is_err());
+        // Cut anywhere, a real append is refused too.
+        let mut whole = Vec::new();
+        encode_request(1, 2, Rpc::Append(req), &mut whole).unwrap();
+        for end in 4..whole.len() {
+            assert!(decode_peer_frame(&whole[4..end]).is_err(), "cut at {end}");
+        }
     }
 
     /// What a forwarding node acts on survives the trip: a redirect keeps its node, a reason

@@ -28,6 +28,37 @@ pub struct Proposal {
     /// strings of a decoded entry's commands share a few buffers (see `cmd::packed`).
     #[serde(deserialize_with = "crate::cmd::packed::commands")]
     pub cmds: Arc<Vec<KeyCmd>>,
+    /// The whole entry's encoding, when it is at hand: as a follower received it from its
+    /// leader (its log then writes these bytes rather than encoding the entry again), or as
+    /// the leader's log wrote it (the appends to its followers then copy these bytes). Never
+    /// encoded itself.
+    #[serde(skip)]
+    pub wire: Wire,
+}
+
+impl Proposal {
+    pub fn new(ts: u64, origin: Option<Origin>, cmds: Vec<KeyCmd>) -> Proposal {
+        Proposal {
+            ts,
+            origin,
+            cmds: Arc::new(cmds),
+            wire: Wire::default(),
+        }
+    }
+}
+
+/// An entry's bincode encoding (`Entry` as a whole, log id and payload), kept beside the
+/// decoded entry so that it is encoded once, not once per copy written or sent.
+#[derive(Clone, Default)]
+pub struct Wire(pub Option<bytes::Bytes>);
+
+impl fmt::Debug for Wire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(b) => write!(f, "Wire({} bytes)", b.len()),
+            None => f.write_str("Wire(None)"),
+        }
+    }
 }
 
 /// Names a batch gathered by one shard of one node run: the shard's run (a number drawn at
@@ -56,6 +87,21 @@ impl fmt::Display for Proposal {
 /// `Reply` variants) or take a new format version.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Applied(pub Vec<Reply>);
+
+/// The encoding an entry carries, if it does (see `Proposal::wire`).
+pub(crate) fn wire_of(entry: &Entry) -> Option<&bytes::Bytes> {
+    match &entry.payload {
+        openraft::EntryPayload::Normal(p) => p.wire.0.as_ref(),
+        _ => None,
+    }
+}
+
+/// Gives a normal entry its encoding (or takes it away, with None).
+pub(crate) fn set_wire(entry: &mut Entry, wire: Option<bytes::Bytes>) {
+    if let openraft::EntryPayload::Normal(p) = &mut entry.payload {
+        p.wire.0 = wire;
+    }
+}
 
 /// Identifies a Raft group (a fixed range of hash slots).
 pub type GroupId = u32;

@@ -2,9 +2,9 @@
 //! framing and checksums, its payload, replaying a file into every group's log, and where each
 //! live record sits, which is what compaction copies.
 
-use crate::cluster::typ::{Entry, GroupId, LogId, Vote};
+use crate::cluster::typ::{Entry, GroupId, LogId, Vote, set_wire, wire_of};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::Path;
@@ -100,16 +100,52 @@ pub(super) fn crc32c(parts: &[&[u8]]) -> u32 {
         .fold(0, |crc, part| crc32c::crc32c_append(crc, part))
 }
 
-/// Appends one framed record to `out` and returns its size on disk.
+/// The variant number bincode gives `ChangeRef::Entry` (its place in the enum): a record that
+/// holds an entry is the group, this, then the entry's own encoding.
+const ENTRY_VARIANT: u32 = 0;
+
+/// Appends one framed record to `out` and returns its size on disk. An entry that carries its
+/// encoding (`Proposal::wire`) is written from those bytes, not encoded again.
 pub(super) fn push_record(
     out: &mut Vec<u8>,
     group: GroupId,
     change: ChangeRef<'_>,
 ) -> io::Result<u64> {
+    push_record_spanned(out, group, change).map(|(size, _)| size)
+}
+
+/// `push_record`, also giving where in `out` the entry's own encoding lies, for a record that
+/// holds an entry.
+pub(super) fn push_record_spanned(
+    out: &mut Vec<u8>,
+    group: GroupId,
+    change: ChangeRef<'_>,
+) -> io::Result<(u64, Option<std::ops::Range<usize>>)> {
     let start = out.len();
     out.extend_from_slice(&[0; HEADER]);
-    let rec = LogRecordRef { group, change };
-    bincode::serde::encode_into_std_write(&rec, out, bincode_cfg()).map_err(invalid_data)?;
+    let span = match change {
+        ChangeRef::Entry(entry) => {
+            // The same bytes as the record encoded whole: bincode writes a struct's fields
+            // and an enum's variant number one after the other, with nothing around them.
+            bincode::serde::encode_into_std_write((group, ENTRY_VARIANT), out, bincode_cfg())
+                .map_err(invalid_data)?;
+            let from = out.len();
+            match wire_of(entry) {
+                Some(bytes) => out.extend_from_slice(bytes),
+                None => {
+                    bincode::serde::encode_into_std_write(entry, out, bincode_cfg())
+                        .map_err(invalid_data)?;
+                }
+            }
+            Some(from..out.len())
+        }
+        change => {
+            let rec = LogRecordRef { group, change };
+            bincode::serde::encode_into_std_write(&rec, out, bincode_cfg())
+                .map_err(invalid_data)?;
+            None
+        }
+    };
     let payload_len = out.len() - start - HEADER;
     let len = u32::try_from(payload_len).map_err(|_| invalid_data("raft log record over 4 GiB"))?;
     let len_bytes = len.to_le_bytes();
@@ -117,7 +153,7 @@ pub(super) fn push_record(
     out[start..start + 4].copy_from_slice(&len_bytes);
     out[start + 4..start + 8].copy_from_slice(&crc32c(&[&len_bytes]).to_le_bytes());
     out[start + 8..start + HEADER].copy_from_slice(&crc.to_le_bytes());
-    Ok((out.len() - start) as u64)
+    Ok(((out.len() - start) as u64, span))
 }
 
 pub(super) fn encode_record(group: GroupId, change: ChangeRef<'_>) -> io::Result<Vec<u8>> {
@@ -209,7 +245,17 @@ pub(super) struct Mem {
     pub(super) last_purged: Option<LogId>,
     pub(super) vote: Option<Vote>,
     pub(super) committed: Option<LogId>,
+    /// The newest entries that keep their encoding (`Proposal::wire`), oldest first, with its
+    /// length, and what those encodings weigh together (at most `WIRE_KEEP`).
+    wired: VecDeque<(u64, usize)>,
+    wired_bytes: usize,
 }
+
+/// Most bytes of encodings a group's log keeps beside its newest entries, for the appends
+/// that carry them to the followers right after they are written (a follower that lags
+/// further gets older entries encoded anew). Not counted in `Mem::bytes`: at most this per
+/// group on top of the bound.
+pub(super) const WIRE_KEEP: usize = 1 << 20;
 
 /// An entry held in memory, and the size of its record on disk (0 for a log kept only in
 /// memory).
@@ -226,8 +272,22 @@ impl Mem {
     /// Puts `entry` at its index, dropping any entry at or after it.
     pub(super) fn put(&mut self, entry: Entry, size: u64) {
         let index = entry.log_id.index;
+        let wired = wire_of(&entry).map(|w| w.len());
         let removed = put(&mut self.entries, index, Held { entry, size });
         self.bytes = self.bytes.saturating_sub(weight(&removed)) + size;
+        if let Some(len) = wired {
+            self.wired.push_back((index, len));
+            self.wired_bytes += len;
+            while self.wired_bytes > WIRE_KEEP {
+                let Some((old, len)) = self.wired.pop_front() else {
+                    break;
+                };
+                self.wired_bytes -= len;
+                if let Some(held) = self.entries.get_mut(&old) {
+                    set_wire(&mut held.entry, None);
+                }
+            }
+        }
     }
 
     pub(super) fn truncate_after(&mut self, after: Option<u64>) {
@@ -552,5 +612,82 @@ mod tests {
         let live: u64 = replayed.index.live_bytes;
         let first_vote = encode_record(2, ChangeRef::Vote(&Vote::new(5, 1))).unwrap();
         assert_eq!(live, log.len() as u64 - first_vote.len() as u64);
+    }
+
+    fn normal(index: u64, key: &str, key_len: usize) -> Entry {
+        use crate::cmd::keyed::KeyCmd;
+        <Entry as openraft::entry::RaftEntry>::new_normal(
+            openraft::testing::log_id::<TypeConfig>(1, 1, index),
+            crate::cluster::typ::Proposal::new(
+                index,
+                None,
+                vec![KeyCmd::IncrBy {
+                    key: bytes::Bytes::from(key.repeat(key_len)),
+                    delta: 1,
+                }],
+            ),
+        )
+    }
+
+    /// An entry that carries its encoding is written from those bytes, which are exactly
+    /// what encoding it would have written.
+    #[test]
+    fn an_entry_record_is_written_from_the_bytes_it_carries() {
+        let mut entry = normal(4, "k", 3);
+        let encoded = bincode::serde::encode_to_vec(&entry, bincode_cfg()).unwrap();
+        let mut plain = Vec::new();
+        let (size, span) = push_record_spanned(&mut plain, 2, ChangeRef::Entry(&entry)).unwrap();
+        assert_eq!(size, plain.len() as u64);
+        assert_eq!(span.map(|s| plain[s].to_vec()), Some(encoded.clone()));
+        let whole = bincode::serde::encode_to_vec(
+            LogRecordRef {
+                group: 2,
+                change: ChangeRef::Entry(&entry),
+            },
+            bincode_cfg(),
+        )
+        .unwrap();
+        assert_eq!(&plain[HEADER..], &whole[..]);
+
+        set_wire(&mut entry, Some(encoded.into()));
+        let mut carried = Vec::new();
+        push_record(&mut carried, 2, ChangeRef::Entry(&entry)).unwrap();
+        assert_eq!(carried, plain);
+
+        // The carried bytes are what is written: carrying another entry's encoding, the
+        // record replays as that other entry.
+        let other = normal(4, "z", 5);
+        let other_bytes = bincode::serde::encode_to_vec(&other, bincode_cfg()).unwrap();
+        set_wire(&mut entry, Some(other_bytes.into()));
+        let mut swapped = Vec::new();
+        push_record(&mut swapped, 2, ChangeRef::Entry(&entry)).unwrap();
+        let replayed = replay(&swapped).unwrap();
+        let held = &replayed.groups[&2].entries[&4].entry;
+        let again = bincode::serde::encode_to_vec(held, bincode_cfg()).unwrap();
+        let want = bincode::serde::encode_to_vec(&other, bincode_cfg()).unwrap();
+        assert_eq!(again, want);
+    }
+
+    /// Only the newest entries keep their encoding, at most `WIRE_KEEP` bytes of it.
+    #[test]
+    fn memory_keeps_the_encodings_of_the_newest_entries_only() {
+        let mut m = Mem::default();
+        let big = WIRE_KEEP * 3 / 10;
+        for i in 1..=5 {
+            let mut e = normal(i, "k", 1);
+            set_wire(&mut e, Some(vec![0u8; big].into()));
+            m.put(e, 1);
+        }
+        let kept: Vec<u64> = m
+            .entries
+            .iter()
+            .filter(|(_, h)| wire_of(&h.entry).is_some())
+            .map(|(&i, _)| i)
+            .collect();
+        assert_eq!(kept, vec![3, 4, 5]);
+        // An entry without one (its own log encoding it) changes nothing.
+        m.put(normal(6, "k", 1), 1);
+        assert_eq!(m.entries.len(), 6);
+        assert!(m.wired_bytes <= WIRE_KEEP);
     }
 }

@@ -5,6 +5,7 @@
 use super::format::*;
 use super::writer::*;
 use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
+use crate::cluster::typ::{set_wire, wire_of};
 use crate::sync::lock;
 use openraft::OptionalSend;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
@@ -348,7 +349,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
+        let mut entries: Vec<Entry> = entries.into_iter().collect();
         let Some(writer) = self.writer() else {
             let mut mem = self.mem();
             self.change(&mut mem, |mem| {
@@ -362,9 +363,18 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         };
         let mut bytes = Vec::new();
         let mut records = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            let size = push_record(&mut bytes, self.group, ChangeRef::Entry(entry))?;
+        for entry in &mut entries {
+            let (size, span) =
+                push_record_spanned(&mut bytes, self.group, ChangeRef::Entry(entry))?;
             records.push((entry.log_id.index, size));
+            // The leader's own entry: its encoding, kept for the appends to its followers.
+            if wire_of(entry).is_none()
+                && let Some(span) = span
+                && let Some(encoded) = bytes.get(span)
+                && encoded.len() <= WIRE_KEEP
+            {
+                set_wire(entry, Some(bytes::Bytes::copy_from_slice(encoded)));
+            }
         }
         let mut mem = self.mem();
         self.change(&mut mem, |mem| {
