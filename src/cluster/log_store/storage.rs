@@ -179,6 +179,9 @@ pub struct GroupLog {
     pub(super) shared: Arc<Shared>,
 }
 
+/// The most room an append makes for its records ahead of time.
+const APPEND_RESERVE: usize = 4 << 20;
+
 pub(super) async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
     rx.await.map_err(|_| writer_gone())?
 }
@@ -361,7 +364,19 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
             callback.io_completed(Ok(()));
             return Ok(());
         };
-        let mut bytes = Vec::new();
+        // Made once: entries that carry their encoding say their size, a new one is guessed
+        // from the newest entry's (the log's records rarely change size from one to the next).
+        let guess = self
+            .mem()
+            .entries
+            .last_key_value()
+            .map_or(256, |(_, held)| usize::try_from(held.size).unwrap_or(256));
+        let room = entries
+            .iter()
+            .map(|e| wire_of(e).map_or(guess, |w| w.len() + HEADER + 10))
+            .fold(0, usize::saturating_add)
+            .min(APPEND_RESERVE);
+        let mut bytes = Vec::with_capacity(room);
         let mut records = Vec::with_capacity(entries.len());
         for entry in &mut entries {
             let (size, span) =
