@@ -430,6 +430,17 @@ pub fn decode_peer_frame(bytes: &[u8]) -> Result<PeerFrame, String> {
         .map_err(|e| e.to_string())
 }
 
+/// How many entries to make room for ahead of decoding an append that announces `n` of them
+/// with `left` bytes to go: no more than the bytes could hold (an entry takes at least one
+/// byte) and no more than 1 MiB of entries, as serde does for a sequence. A count beyond what
+/// the bytes hold fails once they end.
+fn entries_room(n: u64, left: usize) -> usize {
+    usize::try_from(n)
+        .unwrap_or(usize::MAX)
+        .min(left)
+        .min((1 << 20) / std::mem::size_of::<Entry>().max(1))
+}
+
 /// The rest of an append request (from `at` in `bytes`), decoded piece by piece so that each
 /// entry keeps the bytes it came in (`Proposal::wire`): the follower's log writes those
 /// rather than encoding the entry again.
@@ -444,9 +455,7 @@ fn decode_append(
     let ((vote, prev_log_id, n), used): ((Vote, Option<LogId>, u64), usize) =
         decode_bounded(rest(at))?;
     at += used;
-    // An entry takes at least one byte: a count beyond what is left fails once the bytes end.
-    let room = bytes.len().saturating_sub(at);
-    let mut entries = Vec::with_capacity(usize::try_from(n).unwrap_or(usize::MAX).min(room));
+    let mut entries = Vec::with_capacity(entries_room(n, bytes.len().saturating_sub(at)));
     for _ in 0..n {
         let (mut entry, used): (Entry, usize) = decode_bounded(rest(at))?;
         if let Some(encoded) = bytes.get(at..at + used) {
@@ -1689,6 +1698,11 @@ mod tests {
         put(&mut bytes, (&req.vote, &req.prev_log_id, u64::MAX)).unwrap();
         bytes.extend_from_slice(&[0; 8]);
         assert!(decode_peer_frame(&bytes).is_err());
+        // However large the message, no more than 1 MiB of entries is set aside for the count.
+        let most = (1 << 20) / std::mem::size_of::<Entry>();
+        assert_eq!(entries_room(u64::MAX, MESSAGE_CAP), most);
+        assert_eq!(entries_room(u64::MAX, 3), 3);
+        assert_eq!(entries_room(2, MESSAGE_CAP), 2);
         // Cut anywhere, a real append is refused too.
         let mut whole = Vec::new();
         encode_request(1, 2, Rpc::Append(req), &mut whole).unwrap();
