@@ -43,19 +43,21 @@ async fn each_check_is_counted_once_and_every_group_has_one_leader_in_the_metric
             for id in c.ids() {
                 all.push((id, scrape_node(&c, id).await));
             }
-            // Every replica has applied the group's entries.
-            let applied: Vec<f64> = all
-                .iter()
-                .map(|(_, m)| {
-                    m.sum(
-                        "bucketd_raft_applied_index",
-                        &[&format!("group=\"{group}\"")],
-                    )
+            // Every replica has applied the group's entries, and knows of nothing committed
+            // after them. (A leader answers a check as it applies the entry, a moment before
+            // its Raft metrics count the entry applied, and a follower learns of a commit with
+            // the leader's next append: either can be seen for a moment.)
+            let index = |m: &Scrape, name: &str| m.sum(name, &[&format!("group=\"{group}\"")]);
+            let first = all
+                .first()
+                .map(|(_, m)| index(m, "bucketd_raft_applied_index"))
+                .unwrap_or(0.0);
+            all.iter()
+                .all(|(_, m)| {
+                    first > 0.0
+                        && index(m, "bucketd_raft_applied_index") == first
+                        && index(m, "bucketd_raft_commit_index") == first
                 })
-                .collect();
-            applied
-                .iter()
-                .all(|&a| a > 0.0 && a == applied[0])
                 .then_some(all)
         })
         .await;
@@ -76,9 +78,20 @@ async fn each_check_is_counted_once_and_every_group_has_one_leader_in_the_metric
             assert_eq!(m.get(&series("cl.throttle", "denied")), denied, "node {id}");
             let is_leader = m.get(&format!("bucketd_raft_leader{{group=\"{group}\"}}"));
             assert_eq!(is_leader, f64::from(u8::from(*id == leader)), "node {id}");
+            let indexes: Vec<(u64, f64, f64)> = scrapes
+                .iter()
+                .map(|(id, m)| {
+                    (
+                        *id,
+                        m.get(&format!("bucketd_raft_commit_index{{group=\"{group}\"}}")),
+                        m.get(&format!("bucketd_raft_applied_index{{group=\"{group}\"}}")),
+                    )
+                })
+                .collect();
             assert_eq!(
                 m.get(&format!("bucketd_raft_apply_lag{{group=\"{group}\"}}")),
-                0.0
+                0.0,
+                "node {id}; (node, committed, applied): {indexes:?}"
             );
             assert!(m.get("bucketd_cluster_replicas") >= 1.0);
             promtool_check(&m.text);
