@@ -254,7 +254,8 @@ pub(super) struct Mem {
 /// Most bytes of encodings a group's log keeps beside its newest entries, for the appends
 /// that carry them to the followers right after they are written (a follower that lags
 /// further gets older entries encoded anew). Not counted in `Mem::bytes`: at most this per
-/// group on top of the bound.
+/// group on top of the bound (a leader's entries hold theirs as views into the buffer their
+/// records were written from, which stays while any of its entries keeps its view).
 pub(super) const WIRE_KEEP: usize = 1 << 20;
 
 /// An entry held in memory, and the size of its record on disk (0 for a log kept only in

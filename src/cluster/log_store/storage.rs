@@ -179,9 +179,6 @@ pub struct GroupLog {
     pub(super) shared: Arc<Shared>,
 }
 
-/// The most room an append makes for its records ahead of time.
-const APPEND_RESERVE: usize = 4 << 20;
-
 pub(super) async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()> {
     rx.await.map_err(|_| writer_gone())?
 }
@@ -364,31 +361,26 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
             callback.io_completed(Ok(()));
             return Ok(());
         };
-        // Made once: entries that carry their encoding say their size, a new one is guessed
-        // from the newest entry's (the log's records rarely change size from one to the next).
-        let guess = self
-            .mem()
-            .entries
-            .last_key_value()
-            .map_or(256, |(_, held)| usize::try_from(held.size).unwrap_or(256));
-        let room = entries
-            .iter()
-            .map(|e| wire_of(e).map_or(guess, |w| w.len() + HEADER + 10))
-            .fold(0, usize::saturating_add)
-            .min(APPEND_RESERVE);
-        let mut bytes = Vec::with_capacity(room);
+        let mut bytes = Vec::new();
         let mut records = Vec::with_capacity(entries.len());
-        for entry in &mut entries {
+        let mut spans = Vec::with_capacity(entries.len());
+        for entry in &entries {
             let (size, span) =
                 push_record_spanned(&mut bytes, self.group, ChangeRef::Entry(entry))?;
             records.push((entry.log_id.index, size));
-            // The leader's own entry: its encoding, kept for the appends to its followers.
+            spans.push(span);
+        }
+        // The leader's own entries keep their encoding for the appends to its followers: a
+        // view into the records just written, not a copy (an entry that arrived with its
+        // bytes keeps those).
+        let bytes = bytes::Bytes::from(bytes);
+        for (entry, span) in entries.iter_mut().zip(spans) {
             if wire_of(entry).is_none()
                 && let Some(span) = span
-                && let Some(encoded) = bytes.get(span)
-                && encoded.len() <= WIRE_KEEP
+                && span.len() <= WIRE_KEEP
+                && span.end <= bytes.len()
             {
-                set_wire(entry, Some(bytes::Bytes::copy_from_slice(encoded)));
+                set_wire(entry, Some(bytes.slice(span)));
             }
         }
         let mut mem = self.mem();

@@ -20,7 +20,8 @@ use tokio::sync::oneshot;
 pub(super) enum Job {
     Append {
         group: GroupId,
-        bytes: Vec<u8>,
+        /// The records, shared with the entries that keep their encoding.
+        bytes: bytes::Bytes,
         /// (log index, record size) of each entry in `bytes`, in order.
         records: Vec<(u64, u64)>,
         done: IOFlushed<TypeConfig>,
