@@ -408,23 +408,33 @@ impl Cluster {
         let g = self.meta_group();
         // Longer than a client's write waits: an operator's change should ride out the
         // election that follows the loss of the metadata group's leader.
+        // A leader that has just stopped can still look up for a moment (its last frames
+        // may arrive after its connections closed); a change that could not reach it was
+        // never sent, so it goes to whichever leader the group settles on next.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        let leader = loop {
-            if let Some(l) = self.settled_leader(g).await {
-                break l;
+        loop {
+            let leader = loop {
+                if let Some(l) = self.settled_leader(g).await {
+                    break l;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ProposeError::ClusterDown);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            match self.forward(g, leader, None, vec![cmd.clone()]).await {
+                Ok(replies) => {
+                    return replies
+                        .unwrap_or_default()
+                        .pop()
+                        .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
+                }
+                Err((_, true)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err((e, _)) => return Err(e),
             }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ProposeError::ClusterDown);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let mut replies = self
-            .send_to_leader(g, leader, None, vec![cmd])
-            .await?
-            .unwrap_or_default();
-        replies
-            .pop()
-            .ok_or_else(|| ProposeError::TryAgain("no reply".into()))
+        }
     }
 
     /// A node asks to join (`BK.CLUSTER JOIN`): its peer port must answer from here, then it

@@ -1217,10 +1217,24 @@ impl Cluster {
     pub(crate) async fn send_to_leader(
         &self,
         g: GroupId,
-        mut target: NodeId,
+        target: NodeId,
         origin: Option<Origin>,
         cmds: Vec<KeyCmd>,
     ) -> Result<Option<Vec<Reply>>, ProposeError> {
+        self.forward(g, target, origin, cmds)
+            .await
+            .map_err(|(e, _)| e)
+    }
+
+    /// `send_to_leader`, saying with an error whether the leader was unreachable: its
+    /// connection could not be opened, so nothing was sent and sending again is safe.
+    pub(crate) async fn forward(
+        &self,
+        g: GroupId,
+        mut target: NodeId,
+        origin: Option<Origin>,
+        cmds: Vec<KeyCmd>,
+    ) -> Result<Option<Vec<Reply>>, (ProposeError, bool)> {
         for _ in 0..3 {
             let result = if target == self.me {
                 let replies = self.commit(g, origin, cmds.clone()).await;
@@ -1235,6 +1249,9 @@ impl Cluster {
                     Ok(RpcOk::Forward(replies)) => Ok(Some(replies)),
                     Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
                     Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
+                    Err(e @ CallError::CannotConnect(..)) => {
+                        return Err((ProposeError::TryAgain(e.to_string()), true));
+                    }
                     Err(e) => Err(ProposeError::TryAgain(e.to_string())),
                 }
             };
@@ -1242,12 +1259,13 @@ impl Cluster {
                 // Refused before it entered the log (a redirect, possibly to the node just
                 // asked, once the leadership has settled): safe to send again.
                 Err(ProposeError::Moved(l)) => target = l,
-                other => return other,
+                other => return other.map_err(|e| (e, false)),
             }
         }
-        Err(ProposeError::TryAgain(format!(
-            "the leadership of group {g} is moving; retry"
-        )))
+        Err((
+            ProposeError::TryAgain(format!("the leadership of group {g} is moving; retry")),
+            false,
+        ))
     }
 
     /// The error reply a Redis Cluster client acts on, for a command on `slot` that group
