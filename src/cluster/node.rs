@@ -93,12 +93,6 @@ pub(crate) const DEFAULT_LOG_MEMORY: u64 = 256 << 20;
 /// asked for before it gives the step up (and asks again if still past its share).
 const TRIM_RETRY: Duration = Duration::from_secs(5);
 
-/// How often, at most, a group's watcher reads its log's progress (the last acknowledgement
-/// by a majority, what the log may trim). A busy group's progress changes several times per
-/// entry. The lag only delays what the watcher publishes of it: a leader's lease is dated
-/// from an older acknowledgement, so it runs out earlier, never later.
-const PROGRESS_EVERY: Duration = Duration::from_millis(5);
-
 /// What a group does next to keep its log within its share of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trim {
@@ -726,40 +720,34 @@ impl Cluster {
         if let Some(slot) = self.groups.get(g as usize) {
             slot.store(Some(Arc::new(raft.clone())));
         }
-        // The leader and the membership are watched apart from the log's progress: they
-        // change seldom and are acted on at once, while the progress changes several times
-        // per entry and is read at most every `PROGRESS_EVERY`.
-        let mut server = raft.server_metrics();
-        let mut data = raft.data_metrics();
+        let mut metrics = raft.metrics();
         let weak = Arc::downgrade(self);
         let born = self.born;
         rt.spawn(async move {
             let i = g as usize;
             let mut trimming = Trimming::Idle;
             loop {
-                let pass = tokio::time::Instant::now();
                 let Some(c) = weak.upgrade() else { return };
                 let (leader, at, voters, snapshot, purged) = {
-                    let s = server.borrow_watched();
-                    let d = data.borrow_watched();
-                    let at = match (&s.current_leader, &d.last_quorum_acked) {
+                    let m = metrics.borrow_watched();
+                    let at = match (&m.current_leader, &m.last_quorum_acked) {
                         (Some(l), Some(t)) if *l == me => {
                             let since = born.elapsed().saturating_sub(t.elapsed());
                             u64::try_from(since.as_millis()).unwrap_or(u64::MAX).max(1)
                         }
                         _ => 0,
                     };
-                    // The voters almost never change, so they are compared in place and
-                    // copied only when they differ.
-                    let ids = || s.membership_config.membership().voter_ids();
+                    // The metrics change with every append; the voters almost never do, so
+                    // they are compared in place and copied only when they differ.
+                    let ids = || m.membership_config.membership().voter_ids();
                     let changed =
                         ids().next().is_some() && !c.voters[i].load().iter().copied().eq(ids());
                     (
-                        s.current_leader.unwrap_or(0),
+                        m.current_leader.unwrap_or(0),
                         at,
                         changed.then(|| ids().collect::<Vec<NodeId>>()),
-                        d.snapshot.map(|l| l.index),
-                        d.purged.map(|l| l.index),
+                        m.snapshot.map(|l| l.index),
+                        m.purged.map(|l| l.index),
                     )
                 };
                 c.quorum_acked[i].store(at, Ordering::Relaxed);
@@ -786,18 +774,7 @@ impl Cluster {
                     (Trim::Purge(upto), Some(r)) => drop(r.trigger().purge_log(upto).await),
                     _ => {}
                 }
-                let progress = async {
-                    data.changed().await?;
-                    if pass.elapsed() < PROGRESS_EVERY {
-                        tokio::time::sleep_until(pass + PROGRESS_EVERY).await;
-                    }
-                    Ok(())
-                };
-                let next = tokio::select! {
-                    r = server.changed() => r,
-                    r = progress => r,
-                };
-                if next.is_err() {
+                if metrics.changed().await.is_err() {
                     if let Some(c) = weak.upgrade() {
                         c.leaders[i].store(0, Ordering::Relaxed);
                         c.quorum_acked[i].store(0, Ordering::Relaxed);
