@@ -75,15 +75,22 @@ impl TestNode {
 
     /// A node with the test settings changed by `f`.
     pub async fn start_with(f: impl FnOnce(&mut Settings)) -> TestNode {
+        TestNode::try_start_with(f).await.expect("node starts")
+    }
+
+    /// `start_with`, with the reason when the node does not start.
+    pub async fn try_start_with(
+        f: impl FnOnce(&mut Settings),
+    ) -> Result<TestNode, bucketd::error::StartError> {
         let mut s = test_settings();
         f(&mut s);
         let clock = ManualClock::new(START_NS);
-        let handle = server::start(s, clock.clone()).await.expect("node starts");
-        TestNode {
+        let handle = server::start(s, clock.clone()).await?;
+        Ok(TestNode {
             addr: handle.addr,
             clock,
             handle: Some(handle),
-        }
+        })
     }
 
     pub fn port(&self) -> u16 {
