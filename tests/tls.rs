@@ -9,44 +9,27 @@
 mod certs;
 mod common;
 
-use bucketd::error::StartError;
 use bucketd::tls::{AuthClients, TlsFiles};
 use certs::Certs;
-use common::{TestNode, closed_within};
+use common::{TestNode, closed_within, free_port};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A node with a TLS port. A port found free can be taken (by another test's node, on an
-/// ephemeral port) before this node binds it; another one is tried then.
 async fn tls_node(c: &Certs, auth: AuthClients) -> (TestNode, u16) {
-    for _ in 0..20 {
-        let port = free_port();
-        let started = TestNode::try_start_with(|s| {
-            s.tls_port = port;
-            s.tls = TlsFiles {
-                cert: Some(c.server_cert.clone()),
-                key: Some(c.server_key.clone()),
-                ca: Some(c.ca.clone()),
-                auth_clients: auth,
-            };
-        })
-        .await;
-        match started {
-            Ok(node) => return (node, port),
-            Err(StartError::Listen { .. }) => continue,
-            Err(e) => panic!("node starts: {e:?}"),
-        }
-    }
-    panic!("no free port for the TLS listener in 20 tries");
+    let port = free_port();
+    let node = TestNode::start_with(|s| {
+        s.tls_port = port;
+        s.tls = TlsFiles {
+            cert: Some(c.server_cert.clone()),
+            key: Some(c.server_key.clone()),
+            ca: Some(c.ca.clone()),
+            auth_clients: auth,
+        };
+    })
+    .await;
+    (node, port)
 }
 
 /// `redis-cli --tls` with the CA and, if given, a certificate and key; its output, or `None`

@@ -55,25 +55,8 @@ pub async fn bounded<F: Future>(f: F) -> F::Output {
 /// Polls a condition with a deadline: the same helper every integration test uses.
 pub use crate::common::wait_for;
 
-static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
-
-/// A port nothing listens on. Ports come from below the kernel's ephemeral range
-/// (32768 and up by default), so no client socket's local port can take a port that a node
-/// binds again after a restart; each test process starts at its own offset.
-pub fn free_port() -> u16 {
-    const LO: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    let base = (std::process::id() % 48) * 250;
-    for _ in 0..SPAN {
-        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
-        let port = (LO + (base + n) % SPAN) as u16;
-        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) {
-            return port;
-        }
-    }
-    panic!("no free port between {LO} and {}", LO + SPAN);
-}
+/// A port nothing listens on (see `common::free_port`).
+pub use crate::common::free_port;
 
 /// A folder under the system temp dir, removed when dropped.
 pub struct TempDir(PathBuf);

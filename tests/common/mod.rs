@@ -11,6 +11,7 @@ use bucketd::server::{self, NodeHandle};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -50,6 +51,28 @@ where
     }
 }
 
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// A port nothing listens on, for a server that binds it a moment later. Ports come from
+/// below the kernel's ephemeral range (32768 and up by default), so no client socket's local
+/// port, and no listener on port 0 (a test node's client port), can take it in between or
+/// when a node binds it again after a restart; each test process starts at its own offset,
+/// and within one no port is handed out twice in a row.
+pub fn free_port() -> u16 {
+    const LO: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let base = (std::process::id() % 48) * 250;
+    for _ in 0..SPAN {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = (LO + (base + n) % SPAN) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) {
+            return port;
+        }
+    }
+    panic!("no free port between {LO} and {}", LO + SPAN);
+}
+
 /// A node running in this process on a `ManualClock`.
 pub struct TestNode {
     pub addr: SocketAddr,
@@ -75,22 +98,15 @@ impl TestNode {
 
     /// A node with the test settings changed by `f`.
     pub async fn start_with(f: impl FnOnce(&mut Settings)) -> TestNode {
-        TestNode::try_start_with(f).await.expect("node starts")
-    }
-
-    /// `start_with`, with the reason when the node does not start.
-    pub async fn try_start_with(
-        f: impl FnOnce(&mut Settings),
-    ) -> Result<TestNode, bucketd::error::StartError> {
         let mut s = test_settings();
         f(&mut s);
         let clock = ManualClock::new(START_NS);
-        let handle = server::start(s, clock.clone()).await?;
-        Ok(TestNode {
+        let handle = server::start(s, clock.clone()).await.expect("node starts");
+        TestNode {
             addr: handle.addr,
             clock,
             handle: Some(handle),
-        })
+        }
     }
 
     pub fn port(&self) -> u16 {

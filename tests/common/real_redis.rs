@@ -28,12 +28,9 @@ impl RealRedis {
             "redis-server is not installed (apt-get install redis-server)"
         );
         let dir = super::temp_dir("real-redis");
-        // Bind to port 0 to find a free port, then hand it to redis-server; a rare clash makes
-        // the start fail loudly below instead of testing the wrong server.
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-            l.local_addr().expect("local addr").port()
-        };
+        // A clash all the same makes the start fail loudly below instead of testing the
+        // wrong server.
+        let port = super::free_port();
         let mut cmd = Command::new("redis-server");
         cmd.args([
             "--port",
