@@ -408,32 +408,26 @@ impl Cluster {
         let g = self.meta_group();
         // Longer than a client's write waits: an operator's change should ride out the
         // election that follows the loss of the metadata group's leader.
-        // A leader that has just stopped can still look up for a moment (its last frames
-        // may arrive after its connections closed); a change that could not reach it was
-        // never sent, so it goes to whichever leader the group settles on next.
+        // A leader that has just stopped can still look up here for a moment: a change whose
+        // connection to it would not open was never sent, and is sent again.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         loop {
-            let leader = loop {
-                if let Some(l) = self.settled_leader(g).await {
-                    break l;
+            if let Some(leader) = self.settled_leader(g).await {
+                match self.forward(g, leader, None, vec![cmd.clone()]).await {
+                    Ok(replies) => {
+                        return replies
+                            .unwrap_or_default()
+                            .pop()
+                            .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
+                    }
+                    // Never sent: it goes to the leader the group settles on next.
+                    Err((_, true)) if tokio::time::Instant::now() < deadline => {}
+                    Err((e, _)) => return Err(e),
                 }
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(ProposeError::ClusterDown);
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            };
-            match self.forward(g, leader, None, vec![cmd.clone()]).await {
-                Ok(replies) => {
-                    return replies
-                        .unwrap_or_default()
-                        .pop()
-                        .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
-                }
-                Err((_, true)) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err((e, _)) => return Err(e),
+            } else if tokio::time::Instant::now() >= deadline {
+                return Err(ProposeError::ClusterDown);
             }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
