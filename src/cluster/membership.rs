@@ -421,8 +421,8 @@ impl Cluster {
                             .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
                     }
                     // Never sent: it goes to the leader the group settles on next.
-                    Err((_, true)) if tokio::time::Instant::now() < deadline => {}
-                    Err((e, _)) => return Err(e),
+                    Err(f) if f.never_sent && tokio::time::Instant::now() < deadline => {}
+                    Err(f) => return Err(f.error),
                 }
             } else if tokio::time::Instant::now() >= deadline {
                 return Err(ProposeError::ClusterDown);

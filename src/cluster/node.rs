@@ -93,6 +93,17 @@ pub(crate) const DEFAULT_LOG_MEMORY: u64 = 256 << 20;
 /// asked for before it gives the step up (and asks again if still past its share).
 const TRIM_RETRY: Duration = Duration::from_secs(5);
 
+/// Why a batch sent to a group's leader did not come back with replies. Kept on this node:
+/// `ProposeError` travels inside peer replies, and a variant added there could not be decoded
+/// by a node of an older version during a rolling upgrade.
+#[derive(Debug)]
+pub(crate) struct Unforwarded {
+    pub error: ProposeError,
+    /// The leader's connection could not be opened: nothing was sent, so sending the batch
+    /// again cannot apply it twice.
+    pub never_sent: bool,
+}
+
 /// What a group does next to keep its log within its share of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trim {
@@ -1200,18 +1211,18 @@ impl Cluster {
     ) -> Result<Option<Vec<Reply>>, ProposeError> {
         self.forward(g, target, origin, cmds)
             .await
-            .map_err(|(e, _)| e)
+            .map_err(|f| f.error)
     }
 
-    /// `send_to_leader`, saying with an error whether the leader was unreachable: its
-    /// connection could not be opened, so nothing was sent and sending again is safe.
+    /// `send_to_leader`, saying with an error whether the batch was never sent (see
+    /// [`Unforwarded`]).
     pub(crate) async fn forward(
         &self,
         g: GroupId,
         mut target: NodeId,
         origin: Option<Origin>,
         cmds: Vec<KeyCmd>,
-    ) -> Result<Option<Vec<Reply>>, (ProposeError, bool)> {
+    ) -> Result<Option<Vec<Reply>>, Unforwarded> {
         for _ in 0..3 {
             let result = if target == self.me {
                 let replies = self.commit(g, origin, cmds.clone()).await;
@@ -1227,7 +1238,10 @@ impl Cluster {
                     Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
                     Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
                     Err(e @ CallError::CannotConnect(..)) => {
-                        return Err((ProposeError::TryAgain(e.to_string()), true));
+                        return Err(Unforwarded {
+                            error: ProposeError::TryAgain(e.to_string()),
+                            never_sent: true,
+                        });
                     }
                     Err(e) => Err(ProposeError::TryAgain(e.to_string())),
                 }
@@ -1236,13 +1250,18 @@ impl Cluster {
                 // Refused before it entered the log (a redirect, possibly to the node just
                 // asked, once the leadership has settled): safe to send again.
                 Err(ProposeError::Moved(l)) => target = l,
-                other => return other.map_err(|e| (e, false)),
+                other => {
+                    return other.map_err(|error| Unforwarded {
+                        error,
+                        never_sent: false,
+                    });
+                }
             }
         }
-        Err((
-            ProposeError::TryAgain(format!("the leadership of group {g} is moving; retry")),
-            false,
-        ))
+        Err(Unforwarded {
+            error: ProposeError::TryAgain(format!("the leadership of group {g} is moving; retry")),
+            never_sent: false,
+        })
     }
 
     /// The error reply a Redis Cluster client acts on, for a command on `slot` that group
