@@ -66,8 +66,8 @@ struct Gather {
 /// round (a log write, an append to each follower and its answer) carries every command that
 /// arrived during the one before, instead of a turn's worth each: at pipeline 1 with 50
 /// clients over three nodes, 12 commands per entry instead of 6, and 5-10% less CPU per check
-/// at pipeline 16. The wait costs a command at most one round, and then a hold (see [`Hold`])
-/// of at most two milliseconds; a lone client (one command in flight) waits for neither.
+/// at pipeline 16. The wait costs a command at most one round; a lone client (one command in
+/// flight) never waits.
 const MAX_IN_FLIGHT: usize = 1;
 
 /// Most time a group's gathered commands are held back for more to join them (see [`Hold`]).
