@@ -1228,7 +1228,8 @@ impl Cluster {
                 let replies = self.commit(g, origin, cmds.clone()).await;
                 replies.map(|r| origin.is_none().then_some(r))
             } else {
-                let ttl = self.write_timeout + Duration::from_millis(200);
+                // The leader may wait for the write's fate past its write timeout.
+                let ttl = self.write_timeout.max(FATE_WAIT) + Duration::from_millis(200);
                 match self
                     .net
                     .call(target, g, Rpc::Forward(cmds.clone()), ttl)
@@ -1325,7 +1326,8 @@ impl Cluster {
                 .fetch_add(cmds.len() as u64, Ordering::Relaxed);
         }
         let proposal = Proposal::new(self.clock.now_ns(), origin, cmds);
-        match tokio::time::timeout(self.write_timeout, raft.client_write(proposal)).await {
+        let write = raft.client_write(proposal);
+        match wait_for_fate(write, self.write_timeout, || self.majority_up(g)).await {
             Ok(Ok(resp)) => {
                 let Applied(replies) = resp.data;
                 Ok(replies)
@@ -1352,9 +1354,9 @@ impl Cluster {
                 }
                 _ => Err(ProposeError::TryAgain(e.to_string())),
             },
-            Err(_) => Err(ProposeError::TryAgain(format!(
+            Err(waited) => Err(ProposeError::TryAgain(format!(
                 "group {g} did not commit within {} ms",
-                self.write_timeout.as_millis()
+                waited.as_millis()
             ))),
         }
     }
@@ -1413,6 +1415,14 @@ impl Cluster {
 /// an election takes, so a move or a failover on the majority's side costs a pause, not an
 /// error.
 const LEADER_SETTLE: Duration = Duration::from_millis(700);
+
+/// A write whose group's majority is in reach waits at most this long for its fate (see
+/// `wait_for_fate`).
+const FATE_WAIT: Duration = Duration::from_secs(2);
+
+/// How often a write past its write timeout looks again whether its group is in reach.
+const FATE_POLL: Duration = Duration::from_millis(20);
+
 /// How often leaders look at the spread of leaderships.
 const BALANCE_EVERY: Duration = Duration::from_millis(500);
 /// Most leaderships one node hands over per look, so moves stay few at a time.
@@ -1601,10 +1611,99 @@ impl Handler for PeerHandler {
     }
 }
 
+/// Waits for a proposed write's fate: for `write_timeout`, then on for as long as `in_reach`
+/// (a majority of the group's replicas were heard from lately), until `FATE_WAIT` from the
+/// start. The error is how long it waited.
+///
+/// Past `write_timeout` the entry may be in the log, and the only reply left is `-TRYAGAIN`,
+/// which cluster clients retry on their own: if the entry then commits, the write is applied
+/// twice behind its client's back. While the group's majority is in reach, its leader (this
+/// node, or the one a transfer or an election just made) settles the entry with its next
+/// appends: it commits (and is answered with its reply), or the leader's log replaces it (and
+/// the discard is settled, see `settle_discarded`). So a slow commit on a loaded cluster, or
+/// one caught in a leadership move, is answered late rather than applied twice. A node cut
+/// off from its group's majority answers at `write_timeout`.
+async fn wait_for_fate<F: std::future::Future>(
+    write: F,
+    write_timeout: Duration,
+    in_reach: impl Fn() -> bool,
+) -> Result<F::Output, Duration> {
+    tokio::pin!(write);
+    let start = tokio::time::Instant::now();
+    let hard = start + write_timeout.max(FATE_WAIT);
+    let mut until = start + write_timeout;
+    loop {
+        if let Ok(r) = tokio::time::timeout_at(until, &mut write).await {
+            return Ok(r);
+        }
+        let now = tokio::time::Instant::now();
+        if now >= hard || !in_reach() {
+            return Err(now - start);
+        }
+        until = (now + FATE_POLL).min(hard);
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{TRIM_RETRY, Trim, Trimming, refuse_per_group_logs, trim_step};
+    use super::{
+        FATE_WAIT, TRIM_RETRY, Trim, Trimming, refuse_per_group_logs, trim_step, wait_for_fate,
+    };
+    use std::cell::Cell;
     use std::time::Duration;
+
+    const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+
+    /// A write that commits after `after`.
+    async fn commits_after(after: Duration) -> &'static str {
+        tokio::time::sleep(after).await;
+        "applied"
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_commit_while_the_group_is_in_reach_gets_its_reply() {
+        let t0 = tokio::time::Instant::now();
+        let r = wait_for_fate(commits_after(WRITE_TIMEOUT * 3), WRITE_TIMEOUT, || true).await;
+        assert_eq!(r, Ok("applied"));
+        assert_eq!(t0.elapsed(), WRITE_TIMEOUT * 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_cut_off_from_its_group_gives_up_at_the_write_timeout() {
+        let t0 = tokio::time::Instant::now();
+        let r = wait_for_fate(commits_after(WRITE_TIMEOUT * 3), WRITE_TIMEOUT, || false).await;
+        assert_eq!(r, Err(WRITE_TIMEOUT));
+        assert_eq!(t0.elapsed(), WRITE_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_gives_up_once_its_group_is_out_of_reach() {
+        let t0 = tokio::time::Instant::now();
+        let out_of_reach_at = t0 + WRITE_TIMEOUT + Duration::from_millis(300);
+        let asked = Cell::new(0);
+        let in_reach = || {
+            asked.set(asked.get() + 1);
+            tokio::time::Instant::now() < out_of_reach_at
+        };
+        let r = wait_for_fate(commits_after(FATE_WAIT), WRITE_TIMEOUT, in_reach).await;
+        let waited = r.expect_err("the group went out of reach before the commit");
+        assert!(
+            waited >= WRITE_TIMEOUT + Duration::from_millis(300)
+                && waited <= WRITE_TIMEOUT + Duration::from_millis(320),
+            "gave up after {waited:?}"
+        );
+        assert!(asked.get() > 1, "asked {} times", asked.get());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_in_reach_waits_no_longer_than_the_bound() {
+        let r = wait_for_fate(commits_after(FATE_WAIT * 2), WRITE_TIMEOUT, || true).await;
+        assert_eq!(r, Err(FATE_WAIT));
+        // A write timeout beyond the bound is the bound.
+        let long = FATE_WAIT * 3;
+        let r = wait_for_fate(commits_after(long * 2), long, || true).await;
+        assert_eq!(r, Err(long));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_log_over_its_share_snapshots_then_purges_what_the_snapshot_covers() {

@@ -334,3 +334,48 @@ async fn a_write_whose_entry_a_new_leader_replaced_is_refused_once_its_fate_is_k
     })
     .await;
 }
+
+/// A commit slower than the write timeout, on a healthy cluster, is answered with its reply
+/// once it commits: the group has a serving leader, so the write's fate is on its way. Had it
+/// been answered `-TRYAGAIN` at the timeout, a client that retries (as this one does, like
+/// every Redis Cluster client) would have taken twice. A write timeout of a millisecond makes
+/// nearly every commit slower than it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_slower_than_the_write_timeout_is_answered_not_retried() {
+    bounded(async {
+        let c = TestCluster::start(
+            "slowcommit",
+            Opts {
+                write_timeout: Some(Duration::from_millis(1)),
+                ..Opts::default()
+            },
+        )
+        .await;
+        c.wait_balanced(Duration::from_secs(10)).await;
+        let key = key_in_group(&c.spec, "slowcommit", 0);
+        let take = ["CL.THROTTLE", key.as_str(), "199", "1", "3600", "1"];
+        let peek = ["CL.THROTTLE", key.as_str(), "199", "1", "3600", "0"];
+        const WRITES: i64 = 100;
+        let mut router = Router::new(c.addrs());
+        let mut retried = 0;
+        for i in 1..=WRITES {
+            let (r, route) = router.call(&take, SERVE).await;
+            retried += route.ambiguous;
+            assert_eq!(
+                r.limit()[..3],
+                [0, 200, 200 - i],
+                "take {i}: {r:?} {route:?}"
+            );
+        }
+        assert_eq!(retried, 0, "writes answered -TRYAGAIN and retried");
+        for id in c.ids() {
+            wait_for(
+                &format!("node {id} to show {WRITES} tokens taken"),
+                Duration::from_secs(10),
+                || async { (c.local_limit(id, &peek).await[2] == 200 - WRITES).then_some(()) },
+            )
+            .await;
+        }
+    })
+    .await;
+}
