@@ -745,7 +745,11 @@ impl Conn {
         let done = slots.len().saturating_sub(a.rest.len());
         slots.drain(..done);
         replies[s] = a.replies.into_iter();
-        self.round.queued[s] = a.rest;
+        // Mostly nothing is left: the queue then keeps the room `take_sized` made for the next
+        // round, instead of growing again from nothing.
+        if !a.rest.is_empty() {
+            self.round.queued[s] = a.rest;
+        }
     }
 
     /// Handles a request that arrives between MULTI and EXEC: queues it, or ends the
