@@ -1229,7 +1229,7 @@ impl Cluster {
                 replies.map(|r| origin.is_none().then_some(r))
             } else {
                 // The leader may wait for the write's fate past its write timeout.
-                let ttl = self.write_timeout.max(FATE_WAIT) + Duration::from_millis(200);
+                let ttl = fate_bound(self.write_timeout) + Duration::from_millis(200);
                 match self
                     .net
                     .call(target, g, Rpc::Forward(cmds.clone()), ttl)
@@ -1611,8 +1611,14 @@ impl Handler for PeerHandler {
     }
 }
 
+/// The longest a write waits for its fate: `FATE_WAIT`, or the write timeout if that is longer.
+/// A node forwarding a write to its leader waits as long, and a little more.
+fn fate_bound(write_timeout: Duration) -> Duration {
+    write_timeout.max(FATE_WAIT)
+}
+
 /// Waits for a proposed write's fate: for `write_timeout`, then on for as long as `in_reach`
-/// (a majority of the group's replicas were heard from lately), until `FATE_WAIT` from the
+/// (a majority of the group's replicas were heard from lately), until `fate_bound` from the
 /// start. The error is how long it waited.
 ///
 /// Past `write_timeout` the entry may be in the log, and the only reply left is `-TRYAGAIN`,
@@ -1630,7 +1636,7 @@ async fn wait_for_fate<F: std::future::Future>(
 ) -> Result<F::Output, Duration> {
     tokio::pin!(write);
     let start = tokio::time::Instant::now();
-    let hard = start + write_timeout.max(FATE_WAIT);
+    let hard = start + fate_bound(write_timeout);
     let mut until = start + write_timeout;
     loop {
         if let Ok(r) = tokio::time::timeout_at(until, &mut write).await {
