@@ -150,8 +150,13 @@ impl Opts {
     /// For scenarios that count exactly through a healthy cluster: a write timeout long
     /// enough that a loaded machine does not turn slow commits into `-TRYAGAIN`.
     pub fn patient() -> Opts {
+        Opts::write_timeout(Duration::from_secs(5))
+    }
+
+    /// The defaults, with writes waiting `limit` for their group before `-TRYAGAIN`.
+    pub fn write_timeout(limit: Duration) -> Opts {
         Opts {
-            write_timeout: Some(Duration::from_secs(5)),
+            write_timeout: Some(limit),
             ..Opts::default()
         }
     }

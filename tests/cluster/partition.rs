@@ -267,14 +267,7 @@ async fn isolated_node_refuses_majority_serves_and_limits_hold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_whose_entry_a_new_leader_replaced_is_refused_once_its_fate_is_known() {
     bounded(async {
-        let c = TestCluster::start(
-            "discarded",
-            Opts {
-                write_timeout: Some(Duration::from_secs(20)),
-                ..Opts::default()
-            },
-        )
-        .await;
+        let c = TestCluster::start("discarded", Opts::write_timeout(Duration::from_secs(20))).await;
         c.wait_balanced(Duration::from_secs(10)).await;
         let g = 0;
         let old = c.agreed_leader(g).expect("group 0 has a leader");
@@ -343,14 +336,8 @@ async fn a_write_whose_entry_a_new_leader_replaced_is_refused_once_its_fate_is_k
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_slower_than_the_write_timeout_is_answered_not_retried() {
     bounded(async {
-        let c = TestCluster::start(
-            "slowcommit",
-            Opts {
-                write_timeout: Some(Duration::from_millis(1)),
-                ..Opts::default()
-            },
-        )
-        .await;
+        let c =
+            TestCluster::start("slowcommit", Opts::write_timeout(Duration::from_millis(1))).await;
         c.wait_balanced(Duration::from_secs(10)).await;
         let key = key_in_group(&c.spec, "slowcommit", 0);
         let take = ["CL.THROTTLE", key.as_str(), "199", "1", "3600", "1"];
