@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -389,6 +389,11 @@ pub struct Cluster {
     commands_proposed: AtomicU64,
     /// Per group: entries proposed through this node, and leader changes its replica saw.
     group_proposals: Vec<AtomicU64>,
+    /// Per group: writes proposed through this node that wait for their fate, and whether
+    /// the replica is being moved away, which lets them settle before its Raft stops (see
+    /// `drop_replica`).
+    pending_writes: Vec<AtomicU32>,
+    leaving: Vec<AtomicBool>,
     leader_changes: Arc<Vec<AtomicU64>>,
     /// Which groups are quiet, and their leases.
     quiet: Quiet,
@@ -549,6 +554,8 @@ impl Cluster {
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
             group_proposals: (0..all).map(|_| AtomicU64::new(0)).collect(),
+            pending_writes: (0..all).map(|_| AtomicU32::new(0)).collect(),
+            leaving: (0..all).map(|_| AtomicBool::new(false)).collect(),
             leader_changes: Arc::new((0..all).map(|_| AtomicU64::new(0)).collect()),
             quiet,
             meta: Arc::new(MetaStore::new(rules)),
@@ -728,6 +735,9 @@ impl Cluster {
             .await
             .map_err(|error| StartError::GroupTask { group: g, error })?
             .map_err(|error| StartError::Raft { group: g, error })?;
+        if let Some(leaving) = self.leaving.get(g as usize) {
+            leaving.store(false, Ordering::SeqCst);
+        }
         if let Some(slot) = self.groups.get(g as usize) {
             slot.store(Some(Arc::new(raft.clone())));
         }
@@ -803,6 +813,10 @@ impl Cluster {
         let Some(slot) = self.groups.get(g as usize) else {
             return;
         };
+        if slot.load().is_none() {
+            return;
+        }
+        self.settle_pending(g).await;
         let Some(raft) = slot.swap(None) else { return };
         let rt = self.runtime_of(g);
         let _ = rt
@@ -833,6 +847,33 @@ impl Cluster {
         // Its log and last snapshot stay: should the group come back to this node, the
         // replica starts from them as any replica that fell behind does.
         tracing::info!(group = g, "replica moved away");
+    }
+
+    /// Refuses new writes to `g` on this node, then waits, up to the bound of a write's wait
+    /// for its fate, until no write proposed here for it waits any more. A write proposed
+    /// while this replica led the group may be in the log of the replicas that keep it, and
+    /// commit there: this replica, a follower still reachable by the group's leader, then
+    /// applies it and the write gets its own reply. Stopping the Raft under it would answer
+    /// `-TRYAGAIN` to a write that may be applied, and a client that retries would have it
+    /// applied twice.
+    async fn settle_pending(&self, g: GroupId) {
+        let (Some(pending), Some(leaving)) = (
+            self.pending_writes.get(g as usize),
+            self.leaving.get(g as usize),
+        ) else {
+            return;
+        };
+        // A write counts itself before it looks at this flag, and this looks at the count
+        // after raising it (both sequentially consistent): a write either sees the flag or
+        // is waited for.
+        leaving.store(true, Ordering::SeqCst);
+        let settled = wait_settled(pending, fate_bound(self.write_timeout) + FATE_POLL).await;
+        if !settled {
+            tracing::warn!(
+                group = g,
+                "a write proposed here still waits as its replica stops"
+            );
+        }
     }
 
     /// The members of the cluster now (removed ones left out): from the metadata once the
@@ -1300,7 +1341,14 @@ impl Cluster {
         origin: Option<Origin>,
         cmds: Vec<KeyCmd>,
     ) -> Result<Vec<Reply>, ProposeError> {
-        let Some(raft) = self.raft(g) else {
+        // Counted before the replica is looked up, so a replica that starts leaving after
+        // this waits for the write (see `settle_pending`).
+        let _pending = self.pending_writes.get(g as usize).map(PendingWrite::new);
+        let leaving = self
+            .leaving
+            .get(g as usize)
+            .is_some_and(|l| l.load(Ordering::SeqCst));
+        let Some(raft) = self.raft(g).filter(|_| !leaving) else {
             return match self.leader(g) {
                 Some(l) => Err(ProposeError::Moved(l)),
                 None => Err(ProposeError::ClusterDown),
@@ -1408,6 +1456,37 @@ impl Cluster {
             }
         });
         let _ = done.await;
+    }
+}
+
+/// Waits until `pending` is zero, looking every `FATE_POLL`, for at most `bound`. False when
+/// the bound ran out first.
+async fn wait_settled(pending: &AtomicU32, bound: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if pending.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(FATE_POLL).await;
+    }
+}
+
+/// A write that waits for its fate, counted while it does.
+struct PendingWrite<'a>(&'a AtomicU32);
+
+impl<'a> PendingWrite<'a> {
+    fn new(n: &'a AtomicU32) -> Self {
+        n.fetch_add(1, Ordering::SeqCst);
+        PendingWrite(n)
+    }
+}
+
+impl Drop for PendingWrite<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -1653,9 +1732,11 @@ async fn wait_for_fate<F: std::future::Future>(
 #[cfg(test)]
 mod tests {
     use super::{
-        FATE_WAIT, TRIM_RETRY, Trim, Trimming, refuse_per_group_logs, trim_step, wait_for_fate,
+        FATE_POLL, FATE_WAIT, PendingWrite, TRIM_RETRY, Trim, Trimming, refuse_per_group_logs,
+        trim_step, wait_for_fate, wait_settled,
     };
     use std::cell::Cell;
+    use std::sync::atomic::AtomicU32;
     use std::time::Duration;
 
     const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -1664,6 +1745,42 @@ mod tests {
     async fn commits_after(after: Duration) -> &'static str {
         tokio::time::sleep(after).await;
         "applied"
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_moved_away_waits_for_its_pending_writes() {
+        static PENDING: AtomicU32 = AtomicU32::new(0);
+        let write = tokio::spawn(async {
+            let _w = PendingWrite::new(&PENDING);
+            commits_after(Duration::from_millis(300)).await
+        });
+        tokio::task::yield_now().await;
+        let t0 = tokio::time::Instant::now();
+        assert!(wait_settled(&PENDING, FATE_WAIT).await);
+        let waited = t0.elapsed();
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        assert!(
+            waited <= Duration::from_millis(300) + FATE_POLL,
+            "{waited:?}"
+        );
+        assert!(matches!(write.await, Ok("applied")));
+        // Nothing pending: no wait at all.
+        let t1 = tokio::time::Instant::now();
+        assert!(wait_settled(&PENDING, FATE_WAIT).await);
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_never_settles_holds_its_replica_only_so_long() {
+        let pending = AtomicU32::new(0);
+        let _w = PendingWrite::new(&pending);
+        let t0 = tokio::time::Instant::now();
+        assert!(!wait_settled(&pending, FATE_WAIT).await);
+        let waited = t0.elapsed();
+        assert!(
+            waited >= FATE_WAIT && waited <= FATE_WAIT + FATE_POLL,
+            "{waited:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
