@@ -70,13 +70,21 @@ const TRICKLE: usize = 64;
 const REST_NS: u64 = 1_000_000_000;
 
 impl Partition {
-    /// Rewrites the arena without dead records once they are half of it.
-    fn maybe_compact(&mut self) {
-        if self.dead < 4096 || self.dead * 2 < self.arena.len() {
+    /// Rewrites the arena without dead records once they are half of it, or, when `keep` is 0
+    /// (nothing expired since the last walk), once its room is four times its live records.
+    /// The new arena has room for `keep` bytes at least: where short-lived keys come and go,
+    /// room for as many as were live when the walk began, so that the arena does not grow
+    /// again from nothing, by copying, before the next walk.
+    fn maybe_compact(&mut self, keep: usize) {
+        let live = self.arena.len() - self.dead;
+        let dead_half = self.dead >= 4096 && self.dead * 2 >= self.arena.len();
+        let idle_room = keep == 0 && self.arena.capacity() >= 4096 + live * 4;
+        if !dead_half && !idle_room {
             return;
         }
-        let live = self.arena.len() - self.dead;
-        let mut fresh = Vec::with_capacity(live + live / 8);
+        // At most the old arena's length: the room kept was in use a moment ago.
+        let room = (live + live / 8).max(keep.min(self.arena.len()));
+        let mut fresh = Vec::with_capacity(room);
         for off in self.index.iter_mut() {
             let start = *off as usize;
             let len = record_len(&self.arena, start);
@@ -338,6 +346,8 @@ impl Store {
             let part = &mut self.partitions[idx];
             let t = &part.timing;
             let due = t.next_expiry != 0 && t.next_expiry <= now && t.cooldown_until <= now;
+            // Entries and live bytes when the walk began, and how many the walk removed.
+            let (mut before, mut live_before, mut gone) = (part.index.len(), 0, 0);
             if due {
                 usage.sweep_walks += 1;
                 let Partition {
@@ -346,7 +356,7 @@ impl Store {
                     dead,
                     timing,
                 } = &mut *part;
-                let before = index.len();
+                live_before = arena.len() - *dead;
                 let mut next = 0u64;
                 index.retain(|o| {
                     let off = *o as usize;
@@ -363,7 +373,7 @@ impl Store {
                         true
                     }
                 });
-                let gone = before - index.len();
+                gone = before - index.len();
                 removed += gone;
                 timing.next_expiry = next;
                 timing.cooldown_until = if gone * TRICKLE < before {
@@ -386,18 +396,27 @@ impl Store {
                     .checked_div(u128::from(n))
                     .map_or(0, |ns| u64::try_from(ns / 1_000_000).unwrap_or(u64::MAX));
             }
+            // Where keys expired since the last walk, as many may come before the next one:
+            // the partition keeps its room for what was live when this walk began. Where none
+            // did, the room beyond what is live goes back.
+            if gone == 0 {
+                before = part.index.len();
+            }
             if part.index.is_empty() {
-                if part.arena.capacity() > 0 {
+                if gone > 0 {
+                    part.arena.clear();
+                    part.dead = 0;
+                } else if part.arena.capacity() > 0 || part.index.capacity() > 0 {
                     // Give everything back, not just the records.
                     *part = Partition::default();
                 }
                 continue;
             }
-            part.maybe_compact();
-            if part.index.capacity() > 64 && part.index.len() * 4 < part.index.capacity() {
+            part.maybe_compact(if gone > 0 { live_before } else { 0 });
+            if part.index.capacity() > 64 && before * 4 < part.index.capacity() {
                 let hasher = &self.hasher;
                 let arena = &part.arena;
-                part.index.shrink_to(part.index.len() * 2, |&o| {
+                part.index.shrink_to(before * 2, |&o| {
                     index_hash(hasher.hash_one(key_of(arena, o as usize)))
                 });
             }
@@ -462,8 +481,16 @@ mod tests {
         assert_eq!(s.sweep(100, Store::partitions()), 20_000);
         assert_eq!(s.len(), 1);
         assert!(s.get(b"forever", 1 << 60).is_some());
+        // The walk that expired them keeps the partitions' room, for keys to come...
+        let arena: usize = s.partitions.iter().map(|p| p.arena.capacity()).sum();
+        assert!(arena >= 20_000 * 20, "room not kept: {arena}");
+        // ...and the next walk, which finds nothing expired, gives it back.
+        assert_eq!(s.sweep(100, Store::partitions()), 0);
         let arena: usize = s.partitions.iter().map(|p| p.arena.capacity()).sum();
         assert!(arena < 1024, "arenas not released: {arena}");
+        let index: usize = s.partitions.iter().map(|p| p.index.capacity()).sum();
+        assert!(index < 1024, "indexes not released: {index}");
+        assert!(s.get(b"forever", 1 << 60).is_some());
     }
 
     #[test]
