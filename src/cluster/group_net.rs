@@ -44,7 +44,27 @@ use std::time::Duration;
 /// applies.
 const COMMIT_WAIT: Duration = Duration::from_millis(1);
 
+/// How long a follower has to answer an append. openraft gives every append the heartbeat
+/// interval (100 ms; the transport gives up at three quarters of it), which a follower on a
+/// loaded machine misses now and then: the leader then drops the answer that comes a moment
+/// later, marks the follower unreachable and sends the entries again, more work for a machine
+/// already behind, and while both followers of a group miss, nothing commits (commits stalled
+/// for seconds that way with three test clusters on two cores). Nothing else waits on this
+/// timeout: elections and leases run on their own timers (heartbeats keep the short one), and
+/// a peer that is gone is seen by its link.
+const APPEND_TTL: Duration = Duration::from_millis(500);
+
 type Request = AppendEntriesRequest<TypeConfig>;
+
+/// The options of an append: openraft's, with room for `APPEND_TTL` when it carries entries.
+/// Heartbeats and appends that only carry a commit keep openraft's timeout.
+fn append_option(rpc: &Request, option: RPCOption) -> RPCOption {
+    if rpc.entries.is_empty() || option.hard_ttl() >= APPEND_TTL {
+        option
+    } else {
+        RPCOption::new(APPEND_TTL)
+    }
+}
 
 /// One group's client for one follower: openraft's adapter over the node's shared `Network`,
 /// with its appends streamed through `MergeCommits`.
@@ -58,6 +78,7 @@ impl RaftNetworkV2<TypeConfig> for GroupNet {
         rpc: Request,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let option = append_option(&rpc, option);
         self.0.append_entries(rpc, option).await
     }
 
@@ -225,6 +246,19 @@ mod tests {
             entries: (1..=n).map(|i| Entry::new_blank(lid(prev + i))).collect(),
             leader_commit: Some(lid(commit)),
         }
+    }
+
+    #[test]
+    fn appends_with_entries_get_room_and_heartbeats_do_not() {
+        let openraft_ttl = Duration::from_millis(100);
+        let with = append_option(&append(4, 2, 4), RPCOption::new(openraft_ttl));
+        assert_eq!(with.hard_ttl(), APPEND_TTL);
+        assert!(with.soft_ttl() > openraft_ttl * 3);
+        let heartbeat = append_option(&append(4, 0, 4), RPCOption::new(openraft_ttl));
+        assert_eq!(heartbeat.hard_ttl(), openraft_ttl);
+        // A longer timeout than ours is left as it is.
+        let long = append_option(&append(4, 2, 4), RPCOption::new(APPEND_TTL * 2));
+        assert_eq!(long.hard_ttl(), APPEND_TTL * 2);
     }
 
     fn shape(r: &Request) -> (u64, usize, u64) {
