@@ -946,8 +946,12 @@ impl Cluster {
         self.spec.group_of_slot(slot)
     }
 
-    /// The group's leader as last seen, if any: as this node's replica sees it, or for a
-    /// group without a replica here, as the leader's pings said lately.
+    /// The group's leader as last seen, if any: as this node's replica sees it, or, for a
+    /// group without a replica here or whose replica knows of no leader, as the leader's pings
+    /// said lately. A replica that knows of none is often one being filled (a learner a move
+    /// is bringing up, which hears from the leader only once it is caught up) or one the group
+    /// no longer counts: the group has its leader meanwhile, and this node must not call the
+    /// slots unserved (`CLUSTER INFO` would say `fail`, and clients would get `-CLUSTERDOWN`).
     pub fn leader(&self, g: GroupId) -> Option<NodeId> {
         match self
             .leaders
@@ -956,13 +960,6 @@ impl Cluster {
         {
             Some(0) | None => {}
             Some(id) => return Some(id),
-        }
-        if self
-            .groups
-            .get(g as usize)
-            .is_some_and(|r| r.load().is_some())
-        {
-            return None;
         }
         let (node, _, at) = crate::sync::lock(&self.remote_leaders)
             .get(g as usize)
