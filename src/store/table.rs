@@ -82,8 +82,8 @@ impl Partition {
         if !dead_half && !idle_room {
             return;
         }
-        // At most the old arena's length: the room kept was in use a moment ago.
-        let room = (live + live / 8).max(keep.min(self.arena.len()));
+        // `keep` is at most the arena's length: the room kept was in use a moment ago.
+        let room = (live + live / 8).max(keep);
         let mut fresh = Vec::with_capacity(room);
         for off in self.index.iter_mut() {
             let start = *off as usize;
@@ -347,7 +347,8 @@ impl Store {
             let t = &part.timing;
             let due = t.next_expiry != 0 && t.next_expiry <= now && t.cooldown_until <= now;
             // Entries and live bytes when the walk began, and how many the walk removed.
-            let (mut before, mut live_before, mut gone) = (part.index.len(), 0, 0);
+            let before = part.index.len();
+            let (mut live_before, mut gone) = (0, 0);
             if due {
                 usage.sweep_walks += 1;
                 let Partition {
@@ -398,10 +399,7 @@ impl Store {
             }
             // Where keys expired since the last walk, as many may come before the next one:
             // the partition keeps its room for what was live when this walk began. Where none
-            // did, the room beyond what is live goes back.
-            if gone == 0 {
-                before = part.index.len();
-            }
+            // did (`before` is then what is live), the room beyond what is live goes back.
             if part.index.is_empty() {
                 if gone > 0 {
                     part.arena.clear();
