@@ -38,7 +38,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -389,11 +389,9 @@ pub struct Cluster {
     commands_proposed: AtomicU64,
     /// Per group: entries proposed through this node, and leader changes its replica saw.
     group_proposals: Vec<AtomicU64>,
-    /// Per group: writes proposed through this node that wait for their fate, and whether
-    /// the replica is being moved away, which lets them settle before its Raft stops (see
-    /// `drop_replica`).
-    pending_writes: Vec<AtomicU32>,
-    leaving: Vec<AtomicBool>,
+    /// Per group: the writes proposed through this node that wait for their fate, and
+    /// whether its replica is being moved away (see `drop_replica`).
+    write_gates: Vec<WriteGate>,
     leader_changes: Arc<Vec<AtomicU64>>,
     /// Which groups are quiet, and their leases.
     quiet: Quiet,
@@ -554,8 +552,7 @@ impl Cluster {
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
             group_proposals: (0..all).map(|_| AtomicU64::new(0)).collect(),
-            pending_writes: (0..all).map(|_| AtomicU32::new(0)).collect(),
-            leaving: (0..all).map(|_| AtomicBool::new(false)).collect(),
+            write_gates: (0..all).map(|_| WriteGate::default()).collect(),
             leader_changes: Arc::new((0..all).map(|_| AtomicU64::new(0)).collect()),
             quiet,
             meta: Arc::new(MetaStore::new(rules)),
@@ -735,8 +732,8 @@ impl Cluster {
             .await
             .map_err(|error| StartError::GroupTask { group: g, error })?
             .map_err(|error| StartError::Raft { group: g, error })?;
-        if let Some(leaving) = self.leaving.get(g as usize) {
-            leaving.store(false, Ordering::SeqCst);
+        if let Some(gate) = self.write_gates.get(g as usize) {
+            gate.open();
         }
         if let Some(slot) = self.groups.get(g as usize) {
             slot.store(Some(Arc::new(raft.clone())));
@@ -857,17 +854,13 @@ impl Cluster {
     /// `-TRYAGAIN` to a write that may be applied, and a client that retries would have it
     /// applied twice.
     async fn settle_pending(&self, g: GroupId) {
-        let (Some(pending), Some(leaving)) = (
-            self.pending_writes.get(g as usize),
-            self.leaving.get(g as usize),
-        ) else {
+        let Some(gate) = self.write_gates.get(g as usize) else {
             return;
         };
-        // A write counts itself before it looks at this flag, and this looks at the count
-        // after raising it (both sequentially consistent): a write either sees the flag or
-        // is waited for.
-        leaving.store(true, Ordering::SeqCst);
-        let settled = wait_settled(pending, fate_bound(self.write_timeout) + FATE_POLL).await;
+        gate.close();
+        let settled = gate
+            .settled(fate_bound(self.write_timeout) + FATE_POLL)
+            .await;
         if !settled {
             tracing::warn!(
                 group = g,
@@ -1338,13 +1331,15 @@ impl Cluster {
         origin: Option<Origin>,
         cmds: Vec<KeyCmd>,
     ) -> Result<Vec<Reply>, ProposeError> {
-        // Counted before the replica is looked up, so a replica that starts leaving after
-        // this waits for the write (see `settle_pending`).
-        let _pending = self.pending_writes.get(g as usize).map(PendingWrite::new);
-        let leaving = self
-            .leaving
-            .get(g as usize)
-            .is_some_and(|l| l.load(Ordering::SeqCst));
+        // Counted before the replica is looked up: a replica that starts leaving after this
+        // waits for the write (see `settle_pending`).
+        let (_pending, leaving) = match self.write_gates.get(g as usize) {
+            Some(gate) => {
+                let (w, leaving) = gate.enter();
+                (Some(w), leaving)
+            }
+            None => (None, false),
+        };
         let Some(raft) = self.raft(g).filter(|_| !leaving) else {
             return match self.leader(g) {
                 Some(l) => Err(ProposeError::Moved(l)),
@@ -1456,34 +1451,55 @@ impl Cluster {
     }
 }
 
-/// Waits until `pending` is zero, looking every `FATE_POLL`, for at most `bound`. False when
-/// the bound ran out first.
-async fn wait_settled(pending: &AtomicU32, bound: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + bound;
-    loop {
-        if pending.load(Ordering::SeqCst) == 0 {
-            return true;
+/// One group's writes on this node: how many wait for their fate, and whether the replica
+/// is leaving (its top bit). Both live in one word, so a write that counts itself learns in
+/// the same step whether the replica was leaving, and a replica that starts leaving after
+/// that step sees the write counted.
+#[derive(Default)]
+struct WriteGate(AtomicU32);
+
+/// The bit of a `WriteGate` that says the replica is leaving.
+const LEAVING: u32 = 1 << 31;
+
+impl WriteGate {
+    /// Counts a write until the guard drops; true with it when the replica is leaving.
+    fn enter(&self) -> (PendingWrite<'_>, bool) {
+        let before = self.0.fetch_add(1, Ordering::AcqRel);
+        (PendingWrite(&self.0), before & LEAVING != 0)
+    }
+
+    /// The replica is leaving: writes that come now are told so.
+    fn close(&self) {
+        self.0.fetch_or(LEAVING, Ordering::AcqRel);
+    }
+
+    /// A replica is here again.
+    fn open(&self) {
+        self.0.fetch_and(!LEAVING, Ordering::AcqRel);
+    }
+
+    /// Waits until no write is counted, looking every `FATE_POLL`, for at most `bound`. False
+    /// when the bound ran out first.
+    async fn settled(&self, bound: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + bound;
+        loop {
+            if self.0.load(Ordering::Acquire) & !LEAVING == 0 {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(FATE_POLL).await;
         }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(FATE_POLL).await;
     }
 }
 
-/// A write that waits for its fate, counted while it does.
+/// A write that waits for its fate, counted in its `WriteGate` while it does.
 struct PendingWrite<'a>(&'a AtomicU32);
-
-impl<'a> PendingWrite<'a> {
-    fn new(n: &'a AtomicU32) -> Self {
-        n.fetch_add(1, Ordering::SeqCst);
-        PendingWrite(n)
-    }
-}
 
 impl Drop for PendingWrite<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -1729,11 +1745,10 @@ async fn wait_for_fate<F: std::future::Future>(
 #[cfg(test)]
 mod tests {
     use super::{
-        FATE_POLL, FATE_WAIT, PendingWrite, TRIM_RETRY, Trim, Trimming, refuse_per_group_logs,
-        trim_step, wait_for_fate, wait_settled,
+        FATE_POLL, FATE_WAIT, TRIM_RETRY, Trim, Trimming, WriteGate, refuse_per_group_logs,
+        trim_step, wait_for_fate,
     };
     use std::cell::Cell;
-    use std::sync::atomic::AtomicU32;
     use std::time::Duration;
 
     const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -1746,14 +1761,20 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_replica_moved_away_waits_for_its_pending_writes() {
-        static PENDING: AtomicU32 = AtomicU32::new(0);
+        static GATE: WriteGate = WriteGate(std::sync::atomic::AtomicU32::new(0));
         let write = tokio::spawn(async {
-            let _w = PendingWrite::new(&PENDING);
+            let (_w, leaving) = GATE.enter();
+            assert!(!leaving);
             commits_after(Duration::from_millis(300)).await
         });
         tokio::task::yield_now().await;
+        GATE.close();
+        // A write that comes once the replica is leaving is told so, and counted meanwhile.
+        let (late, leaving) = GATE.enter();
+        assert!(leaving);
+        drop(late);
         let t0 = tokio::time::Instant::now();
-        assert!(wait_settled(&PENDING, FATE_WAIT).await);
+        assert!(GATE.settled(FATE_WAIT).await);
         let waited = t0.elapsed();
         assert!(waited >= Duration::from_millis(300), "{waited:?}");
         assert!(
@@ -1763,16 +1784,20 @@ mod tests {
         assert!(matches!(write.await, Ok("applied")));
         // Nothing pending: no wait at all.
         let t1 = tokio::time::Instant::now();
-        assert!(wait_settled(&PENDING, FATE_WAIT).await);
+        assert!(GATE.settled(FATE_WAIT).await);
         assert_eq!(t1.elapsed(), Duration::ZERO);
+        // A replica here again takes writes.
+        GATE.open();
+        assert!(!GATE.enter().1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_write_that_never_settles_holds_its_replica_only_so_long() {
-        let pending = AtomicU32::new(0);
-        let _w = PendingWrite::new(&pending);
+        let gate = WriteGate::default();
+        let _w = gate.enter();
+        gate.close();
         let t0 = tokio::time::Instant::now();
-        assert!(!wait_settled(&pending, FATE_WAIT).await);
+        assert!(!gate.settled(FATE_WAIT).await);
         let waited = t0.elapsed();
         assert!(
             waited >= FATE_WAIT && waited <= FATE_WAIT + FATE_POLL,
