@@ -33,7 +33,7 @@
 use crate::cluster::node::ProposeError;
 use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
 use crate::cluster::typ::{
-    Entry, GroupId, GroupSnapshot, LogId, NodeId, TypeConfig, Vote, set_wire,
+    Entry, GroupId, GroupSnapshot, LogId, NodeId, TypeConfig, Vote, decode_skimmed,
 };
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shutdown::Shutdown;
@@ -443,7 +443,8 @@ fn entries_room(n: u64, left: usize) -> usize {
 
 /// The rest of an append request (from `at` in `bytes`), decoded piece by piece so that each
 /// entry keeps the bytes it came in (`Proposal::wire`): the follower's log writes those
-/// rather than encoding the entry again.
+/// rather than encoding the entry again, and holds the entry as those bytes alone until it
+/// applies it (its commands are walked over here, see `Proposal::skimmed`).
 fn decode_append(
     bytes: &[u8],
     mut at: usize,
@@ -457,10 +458,7 @@ fn decode_append(
     at += used;
     let mut entries = Vec::with_capacity(entries_room(n, bytes.len().saturating_sub(at)));
     for _ in 0..n {
-        let (mut entry, used): (Entry, usize) = decode_bounded(rest(at))?;
-        if let Some(encoded) = bytes.get(at..at + used) {
-            set_wire(&mut entry, Some(bytes::Bytes::copy_from_slice(encoded)));
-        }
+        let (entry, used) = decode_skimmed(rest(at))?;
         at += used;
         entries.push(entry);
     }
@@ -1543,6 +1541,7 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::typ::set_wire;
 
     #[tokio::test]
     async fn a_peer_queue_refuses_past_its_byte_budget_and_takes_any_frame_when_empty() {
@@ -1666,7 +1665,24 @@ mod tests {
         assert_eq!(back.leader_commit, req.leader_commit);
         assert_eq!(back.entries.len(), 3);
         for (i, e) in back.entries.iter().enumerate() {
-            let again = bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
+            // A normal entry arrives held as its bytes alone, which refuses to be encoded
+            // anew; decoded from them, it is the entry sent.
+            assert_eq!(crate::cluster::typ::is_skimmed(e), i != 1, "entry {i}");
+            let as_held = bincode::serde::encode_to_vec(e, bincode::config::standard());
+            assert_eq!(as_held.is_err(), i != 1, "entry {i}");
+            let full = crate::cluster::typ::unskim(e).unwrap();
+            assert!(!crate::cluster::typ::is_skimmed(&full));
+            // Its keys are views into its bytes, not copies.
+            if let (openraft::EntryPayload::Normal(p), Some(wire)) =
+                (&full.payload, crate::cluster::typ::wire_of(&full))
+            {
+                let within = wire.as_ptr_range();
+                for key in p.cmds.iter().filter_map(KeyCmd::single_key) {
+                    assert!(within.contains(&key.as_ptr()), "entry {i}");
+                }
+                assert_eq!(p.cmds.len(), 1, "entry {i}");
+            }
+            let again = bincode::serde::encode_to_vec(&full, bincode::config::standard()).unwrap();
             assert_eq!(again, plain[i], "entry {i}");
             // A blank entry has nowhere to keep bytes; a normal one keeps what it came in.
             let kept = crate::cluster::typ::wire_of(e).map(|b| b.to_vec());

@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// On-disk format: bincode-encoded into the Raft log (golden bytes in tests/encoding.rs).
 /// Fields never move or change type; changes are append-only (a new variant of the enum that
 /// carries it) or take a new format version.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct Proposal {
     /// Leader time in ns since the epoch when the batch was proposed.
     pub ts: u64,
@@ -34,6 +34,29 @@ pub struct Proposal {
     /// encoded itself.
     #[serde(skip)]
     pub wire: Wire,
+    /// The commands were walked over, not kept, when the entry was decoded (`cmds` is empty):
+    /// a follower keeps an entry from its leader as `wire` alone until it is read back from
+    /// the log to be applied (see [`unskim`]). Never encoded itself.
+    #[serde(skip)]
+    pub skimmed: bool,
+}
+
+/// Encoded as if derived (the fields but `wire` and `skimmed`, in order); an entry whose
+/// commands were skimmed refuses, since its encoding is `wire` and `cmds` is empty.
+impl Serialize for Proposal {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeStruct};
+        if self.skimmed {
+            return Err(S::Error::custom(
+                "an entry held as its encoding is written from its bytes",
+            ));
+        }
+        let mut st = s.serialize_struct("Proposal", 3)?;
+        st.serialize_field("ts", &self.ts)?;
+        st.serialize_field("origin", &self.origin)?;
+        st.serialize_field("cmds", &self.cmds)?;
+        st.end()
+    }
 }
 
 impl Proposal {
@@ -43,6 +66,7 @@ impl Proposal {
             origin,
             cmds: Arc::new(cmds),
             wire: Wire::default(),
+            skimmed: false,
         }
     }
 }
@@ -76,7 +100,11 @@ pub struct Origin {
 
 impl fmt::Display for Proposal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Proposal(ts={}, {} commands)", self.ts, self.cmds.len())
+        if self.skimmed {
+            write!(f, "Proposal(ts={}, encoded)", self.ts)
+        } else {
+            write!(f, "Proposal(ts={}, {} commands)", self.ts, self.cmds.len())
+        }
     }
 }
 
@@ -96,9 +124,60 @@ pub(crate) fn wire_of(entry: &Entry) -> Option<&bytes::Bytes> {
     }
 }
 
-/// Gives a normal entry its encoding (or takes it away, with None).
-pub(crate) fn set_wire(entry: &mut Entry, wire: Option<bytes::Bytes>) {
+/// Whether the entry's commands were skimmed (see `Proposal::skimmed`).
+pub(crate) fn is_skimmed(entry: &Entry) -> bool {
+    matches!(&entry.payload, openraft::EntryPayload::Normal(p) if p.skimmed)
+}
+
+/// Decodes `encoded`, one entry's encoding, walking over its commands: the entry holds them
+/// as those bytes alone (a normal entry is `skimmed` and keeps `encoded` as its `wire`).
+pub(crate) fn decode_skimmed(
+    encoded: &[u8],
+) -> Result<(Entry, usize), bincode::error::DecodeError> {
+    let (mut entry, used): (Entry, usize) =
+        crate::cmd::packed::skimming(|| crate::cluster::decode_bounded(encoded))?;
     if let openraft::EntryPayload::Normal(p) = &mut entry.payload {
+        let own = encoded.get(..used).unwrap_or_default();
+        p.wire.0 = Some(bytes::Bytes::copy_from_slice(own));
+        p.skimmed = true;
+    }
+    Ok((entry, used))
+}
+
+/// The entry with its commands, decoded from its encoding if they were skimmed (their
+/// strings are views into that encoding); a copy of it otherwise.
+pub(crate) fn unskim(entry: &Entry) -> std::io::Result<Entry> {
+    let openraft::EntryPayload::Normal(p) = &entry.payload else {
+        return Ok(entry.clone());
+    };
+    if !p.skimmed {
+        return Ok(entry.clone());
+    }
+    let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+    let wire = p
+        .wire
+        .0
+        .as_ref()
+        .ok_or_else(|| bad(format!("entry {} lost its encoding", entry.log_id)))?;
+    let (mut full, used): (Entry, usize) =
+        crate::cmd::packed::slicing(wire, || crate::cluster::decode_bounded(wire))
+            .map_err(|e| bad(format!("entry {}: {e}", entry.log_id)))?;
+    if used != wire.len() || full.log_id != entry.log_id {
+        return Err(bad(format!(
+            "entry {} does not match its encoding",
+            entry.log_id
+        )));
+    }
+    set_wire(&mut full, Some(wire.clone()));
+    Ok(full)
+}
+
+/// Gives a normal entry its encoding (or takes it away, with None, unless the entry is held
+/// as its encoding alone).
+pub(crate) fn set_wire(entry: &mut Entry, wire: Option<bytes::Bytes>) {
+    if let openraft::EntryPayload::Normal(p) = &mut entry.payload
+        && !(p.skimmed && wire.is_none())
+    {
         p.wire.0 = wire;
     }
 }

@@ -15,6 +15,12 @@
 //! Outside an entry (a batch forwarded to a leader, say), and for a string longer than
 //! `PACK_MAX`, a string is copied into an allocation of its own, as `Bytes` itself decodes.
 //! Only decoding changes: the encoded bytes are the same either way.
+//!
+//! Two more ways to decode an entry's commands, for a follower that keeps what its leader
+//! sends as encoded bytes until it applies it: `skimming` walks over the commands without
+//! keeping them (an append's entries must be walked to find where each ends), and `slicing`
+//! decodes them with every string a view into the entry's own encoding, which lives exactly
+//! as long as the entry.
 
 use super::keyed::KeyCmd;
 use bytes::{Bytes, BytesMut};
@@ -42,13 +48,39 @@ struct Arena {
     next: usize,
 }
 
+/// Where the strings decoded on this thread go.
+enum Mode {
+    /// Into shared buffers (see the module's documentation).
+    Pack(Arena),
+    /// Nowhere: an entry's commands are walked over and dropped.
+    Skim,
+    /// Views into these bytes, which are being decoded.
+    Slice(Bytes),
+}
+
 thread_local! {
-    /// The arena strings decoded on this thread go to, while `packing` runs.
-    static ARENA: RefCell<Option<Arena>> = const { RefCell::new(None) };
+    /// How strings decoded on this thread are kept, while `packing`, `skimming` or
+    /// `slicing` runs.
+    static MODE: RefCell<Option<Mode>> = const { RefCell::new(None) };
+}
+
+/// Runs `decode` with strings kept as `mode` says; the mode it replaced comes back however
+/// `decode` ends. Nested calls each have their own.
+fn in_mode<R>(mode: Mode, decode: impl FnOnce() -> R) -> R {
+    let outer = MODE.with_borrow_mut(|m| m.replace(mode));
+    struct Restore(Option<Mode>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            MODE.with_borrow_mut(|m| *m = outer);
+        }
+    }
+    let _restore = Restore(outer);
+    decode()
 }
 
 /// Runs `decode` with the strings it decodes packed into buffers of their own, sized for
-/// about `commands` commands. Nested calls each pack on their own.
+/// about `commands` commands.
 fn packing<R>(commands: usize, decode: impl FnOnce() -> R) -> R {
     let next = commands
         .saturating_mul(ROOM_PER_COMMAND)
@@ -57,37 +89,57 @@ fn packing<R>(commands: usize, decode: impl FnOnce() -> R) -> R {
         buf: BytesMut::new(),
         next,
     };
-    let outer = ARENA.with_borrow_mut(|a| a.replace(arena));
-    /// Puts the outer arena (if any) back however `decode` ends.
-    struct Restore(Option<Arena>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let outer = self.0.take();
-            ARENA.with_borrow_mut(|a| *a = outer);
-        }
-    }
-    let _restore = Restore(outer);
-    decode()
+    in_mode(Mode::Pack(arena), decode)
 }
 
-/// `v` as `Bytes`: in the current arena when there is one and `v` is short, else a copy of
-/// its own.
+/// Runs `decode` with every entry's commands walked over and left out (decoded as none).
+pub(crate) fn skimming<R>(decode: impl FnOnce() -> R) -> R {
+    in_mode(Mode::Skim, decode)
+}
+
+/// Runs `decode` over `src` with every string that lies within `src` kept as a view into it
+/// rather than copied.
+pub(crate) fn slicing<R>(src: &Bytes, decode: impl FnOnce() -> R) -> R {
+    in_mode(Mode::Slice(src.clone()), decode)
+}
+
+/// Whether commands being decoded now are only walked over.
+fn skimming_now() -> bool {
+    MODE.with_borrow(|m| matches!(m, Some(Mode::Skim)))
+}
+
+/// Whether strings being decoded now are views into the bytes decoded.
+fn slicing_now() -> bool {
+    MODE.with_borrow(|m| matches!(m, Some(Mode::Slice(_))))
+}
+
+/// `v` as `Bytes`, kept as the current mode says: nothing when skimming, a view when it lies
+/// within the bytes being sliced, in the current arena when packing and `v` is short, else a
+/// copy of its own.
 fn store(v: &[u8]) -> Bytes {
     if v.is_empty() {
         return Bytes::new();
     }
-    if v.len() > PACK_MAX {
-        return Bytes::copy_from_slice(v);
-    }
-    ARENA.with_borrow_mut(|a| match a {
-        Some(arena) => {
+    MODE.with_borrow_mut(|m| match m {
+        Some(Mode::Skim) => Bytes::new(),
+        Some(Mode::Slice(src)) => {
+            let start = src.as_ptr() as usize;
+            let at = v.as_ptr() as usize;
+            if at >= start && at - start + v.len() <= src.len() {
+                let from = at - start;
+                src.slice(from..from + v.len())
+            } else {
+                Bytes::copy_from_slice(v)
+            }
+        }
+        Some(Mode::Pack(arena)) if v.len() <= PACK_MAX => {
             if arena.buf.capacity() < v.len() {
                 arena.buf = BytesMut::with_capacity(arena.next.max(v.len()));
             }
             arena.buf.extend_from_slice(v);
             arena.buf.split().freeze()
         }
-        None => Bytes::copy_from_slice(v),
+        _ => Bytes::copy_from_slice(v),
     })
 }
 
@@ -138,15 +190,24 @@ pub(crate) fn commands<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Vec<KeyCmd
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<KeyCmd>, A::Error> {
+            if skimming_now() {
+                while seq.next_element::<KeyCmd>()?.is_some() {}
+                return Ok(Vec::new());
+            }
             let n = seq.size_hint().unwrap_or(0);
-            packing(n, || {
-                // The hint comes from the input: capped, so a forged count allocates little.
+            // The hint comes from the input: capped, so a forged count allocates little.
+            let collect = |mut seq: A| {
                 let mut cmds = Vec::with_capacity(n.min(4096));
                 while let Some(c) = seq.next_element()? {
                     cmds.push(c);
                 }
                 Ok(cmds)
-            })
+            };
+            if slicing_now() {
+                collect(seq)
+            } else {
+                packing(n, || collect(seq))
+            }
         }
     }
     d.deserialize_seq(Commands).map(Arc::new)
@@ -246,6 +307,6 @@ mod tests {
                 .unwrap()
         });
         assert_eq!(got, long);
-        assert!(ARENA.with_borrow(|a| a.is_none()));
+        assert!(MODE.with_borrow(|m| m.is_none()));
     }
 }

@@ -5,7 +5,7 @@
 use super::format::*;
 use super::writer::*;
 use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
-use crate::cluster::typ::{set_wire, wire_of};
+use crate::cluster::typ::{set_wire, unskim, wire_of};
 use crate::sync::lock;
 use openraft::OptionalSend;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
@@ -183,6 +183,22 @@ pub(super) async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()
     rx.await.map_err(|_| writer_gone())?
 }
 
+/// About how many bytes `entry`'s record takes, so that a turn's records are encoded into one
+/// buffer made once rather than regrown by doubling (a record at pipeline 16 is about ten KiB).
+fn record_guess(entry: &Entry) -> usize {
+    /// Header, group, log id and the proposal's fields but its commands.
+    const FIXED: usize = 64;
+    /// A rate-limit check: its variant, a key of 20 to 40 bytes and its arguments.
+    const PER_COMMAND: usize = 48;
+    match &entry.payload {
+        openraft::EntryPayload::Normal(p) => match &p.wire.0 {
+            Some(w) => FIXED + w.len(),
+            None => FIXED + p.cmds.len().saturating_mul(PER_COMMAND),
+        },
+        _ => FIXED,
+    }
+}
+
 impl GroupLog {
     pub(super) fn mem(&self) -> MutexGuard<'_, Mem> {
         lock(&self.mem)
@@ -261,14 +277,9 @@ pub(super) fn index_bounds(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> 
     (start <= end).then_some((start, end))
 }
 
-impl RaftLogReader<TypeConfig> for GroupLog {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
-        &mut self,
-        range: RB,
-    ) -> Result<Vec<Entry>, io::Error> {
-        let Some((start, end)) = index_bounds(&range) else {
-            return Ok(Vec::new());
-        };
+impl GroupLog {
+    /// The entries held from `start` to `end` (both included), as held.
+    fn held(&self, start: u64, end: u64) -> Result<Vec<Entry>, io::Error> {
         let mem = self.mem();
         let mut out: Vec<Entry> = Vec::new();
         for (&index, Held { entry, .. }) in mem.entries.range(start..=end) {
@@ -283,6 +294,34 @@ impl RaftLogReader<TypeConfig> for GroupLog {
             out.push(entry.clone());
         }
         Ok(out)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for GroupLog {
+    /// Entries whose commands a follower kept encoded only are decoded here: this is how the
+    /// state machine reads what it applies.
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        let Some((start, end)) = index_bounds(&range) else {
+            return Ok(Vec::new());
+        };
+        let held = self.held(start, end)?;
+        held.iter().map(unskim).collect()
+    }
+
+    /// What replication reads: entries as they are held, since an append sends an entry's
+    /// encoding (which a follower's entries always keep), not its decoded commands.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, io::Error> {
+        match end.checked_sub(1) {
+            Some(last) if start <= last => self.held(start, last),
+            _ => Ok(Vec::new()),
+        }
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
@@ -361,7 +400,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
             callback.io_completed(Ok(()));
             return Ok(());
         };
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(entries.iter().map(record_guess).sum());
         let mut records = Vec::with_capacity(entries.len());
         let mut spans = Vec::with_capacity(entries.len());
         for entry in &entries {
