@@ -474,6 +474,66 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::typ::{Proposal, decode_skimmed, is_skimmed};
+    use crate::cmd::keyed::KeyCmd;
+    use openraft::entry::RaftEntry;
+    use openraft::type_config::TypeConfigExt;
+
+    fn encoded(e: &Entry) -> Vec<u8> {
+        bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap()
+    }
+
+    /// A follower holds its leader's entries as their bytes alone: replication reads them so,
+    /// the state machine reads them whole, and after a restart they come back whole from disk.
+    #[tokio::test]
+    async fn entries_held_as_their_bytes_are_read_back_whole() {
+        let dir = std::env::temp_dir().join(format!(
+            "bucketd-held-bytes-{}-{}",
+            std::process::id(),
+            line!()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        let entries: Vec<Entry> = (1..=3u64)
+            .map(|i| {
+                let key = bytes::Bytes::from(format!("bucket:{{t}}:{i}"));
+                let cmds = vec![KeyCmd::IncrBy {
+                    key,
+                    delta: i as i64,
+                }];
+                let id = openraft::testing::log_id::<TypeConfig>(2, 1, i);
+                Entry::new_normal(id, Proposal::new(i * 10, None, cmds))
+            })
+            .collect();
+        let sent: Vec<Vec<u8>> = entries.iter().map(encoded).collect();
+        let held: Vec<Entry> = sent.iter().map(|b| decode_skimmed(b).unwrap().0).collect();
+        assert!(held.iter().all(is_skimmed));
+        {
+            let log = NodeLog::open(Some(dir.clone()), false).unwrap();
+            let mut g = log.group(0);
+            let (tx, rx) = TypeConfig::oneshot();
+            g.append(held, IOFlushed::signal(tx)).await.unwrap();
+            rx.await.unwrap().unwrap();
+
+            let as_held = g.limited_get_log_entries(1, 4).await.unwrap();
+            assert_eq!(as_held.len(), 3);
+            for (e, bytes) in as_held.iter().zip(&sent) {
+                assert!(is_skimmed(e));
+                assert_eq!(wire_of(e).map(|w| w.to_vec()).as_ref(), Some(bytes));
+            }
+            let whole = g.try_get_log_entries(1..=3).await.unwrap();
+            assert_eq!(whole.len(), 3);
+            for (e, bytes) in whole.iter().zip(&sent) {
+                assert!(!is_skimmed(e));
+                assert_eq!(&encoded(e), bytes);
+            }
+        }
+        let log = NodeLog::open(Some(dir.clone()), false).unwrap();
+        let again = log.group(0).try_get_log_entries(..).await.unwrap();
+        let again: Vec<Vec<u8>> = again.iter().map(encoded).collect();
+        assert_eq!(again, sent);
+        drop(log);
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn empty_and_reversed_ranges() {
