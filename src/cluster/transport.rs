@@ -33,7 +33,7 @@
 use crate::cluster::node::ProposeError;
 use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
 use crate::cluster::typ::{
-    Entry, GroupId, GroupSnapshot, LogId, NodeId, TypeConfig, Vote, decode_skimmed,
+    Entry, GroupId, GroupSnapshot, LogId, NodeId, TypeConfig, Vote, set_wire,
 };
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::shutdown::Shutdown;
@@ -443,8 +443,9 @@ fn entries_room(n: u64, left: usize) -> usize {
 
 /// The rest of an append request (from `at` in `bytes`), decoded piece by piece so that each
 /// entry keeps the bytes it came in (`Proposal::wire`): the follower's log writes those
-/// rather than encoding the entry again, and holds the entry as those bytes alone until it
-/// applies it (its commands are walked over here, see `Proposal::skimmed`).
+/// rather than encoding the entry again, and keeps only those once the entry is applied. The
+/// entries' bytes are copied out of the frame once, all together, and each entry's strings
+/// are views into them rather than copies of their own.
 fn decode_append(
     bytes: &[u8],
     mut at: usize,
@@ -457,12 +458,17 @@ fn decode_append(
         decode_bounded(rest(at))?;
     at += used;
     let mut entries = Vec::with_capacity(entries_room(n, bytes.len().saturating_sub(at)));
+    let region = bytes::Bytes::copy_from_slice(rest(at));
+    let mut from = 0;
     for _ in 0..n {
-        let (entry, used) = decode_skimmed(rest(at))?;
-        at += used;
+        let here = region.get(from..).unwrap_or_default();
+        let (mut entry, used): (Entry, usize) =
+            crate::cmd::packed::slicing(&region, || decode_bounded(here))?;
+        set_wire(&mut entry, Some(region.slice(from..from + used)));
+        from += used;
         entries.push(entry);
     }
-    let (leader_commit, _) = decode_bounded(rest(at))?;
+    let (leader_commit, _) = decode_bounded(region.get(from..).unwrap_or_default())?;
     Ok(PeerFrame::Request {
         id,
         group,
@@ -1541,7 +1547,6 @@ impl GroupRouter<TypeConfig, GroupId> for Network {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::typ::set_wire;
 
     #[tokio::test]
     async fn a_peer_queue_refuses_past_its_byte_budget_and_takes_any_frame_when_empty() {
@@ -1665,25 +1670,35 @@ mod tests {
         assert_eq!(back.leader_commit, req.leader_commit);
         assert_eq!(back.entries.len(), 3);
         for (i, e) in back.entries.iter().enumerate() {
-            // A normal entry arrives held as its bytes alone, which refuses to be encoded
-            // anew; decoded from them, it is the entry sent.
-            assert_eq!(crate::cluster::typ::is_skimmed(e), i != 1, "entry {i}");
-            let as_held = bincode::serde::encode_to_vec(e, bincode::config::standard());
+            // A normal entry arrives decoded, with the bytes it came in; held as those bytes
+            // alone, it refuses to be encoded anew, and decodes to the entry sent.
+            let mut held = e.clone();
+            crate::cluster::typ::keep_bytes_only(&mut held);
+            assert_eq!(
+                crate::cluster::typ::is_bytes_only(&held),
+                i != 1,
+                "entry {i}"
+            );
+            let as_held = bincode::serde::encode_to_vec(&held, bincode::config::standard());
             assert_eq!(as_held.is_err(), i != 1, "entry {i}");
-            let full = crate::cluster::typ::unskim(e).unwrap();
-            assert!(!crate::cluster::typ::is_skimmed(&full));
-            // Its keys are views into its bytes, not copies.
-            if let (openraft::EntryPayload::Normal(p), Some(wire)) =
-                (&full.payload, crate::cluster::typ::wire_of(&full))
-            {
-                let within = wire.as_ptr_range();
-                for key in p.cmds.iter().filter_map(KeyCmd::single_key) {
-                    assert!(within.contains(&key.as_ptr()), "entry {i}");
-                }
-                assert_eq!(p.cmds.len(), 1, "entry {i}");
-            }
+            let full = crate::cluster::typ::decoded(&held).unwrap();
+            assert!(!crate::cluster::typ::is_bytes_only(&full));
             let again = bincode::serde::encode_to_vec(&full, bincode::config::standard()).unwrap();
             assert_eq!(again, plain[i], "entry {i}");
+            let arrived = bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
+            assert_eq!(arrived, plain[i], "entry {i}");
+            // Its keys are views into its bytes, not copies, as it arrived and decoded again.
+            for x in [e, &full] {
+                if let (openraft::EntryPayload::Normal(p), Some(wire)) =
+                    (&x.payload, crate::cluster::typ::wire_of(x))
+                {
+                    let within = wire.as_ptr_range();
+                    for key in p.cmds.iter().filter_map(KeyCmd::single_key) {
+                        assert!(within.contains(&key.as_ptr()), "entry {i}");
+                    }
+                    assert_eq!(p.cmds.len(), 1, "entry {i}");
+                }
+            }
             // A blank entry has nowhere to keep bytes; a normal one keeps what it came in.
             let kept = crate::cluster::typ::wire_of(e).map(|b| b.to_vec());
             assert_eq!(kept, (i != 1).then(|| plain[i].clone()), "entry {i}");

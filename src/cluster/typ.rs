@@ -34,19 +34,19 @@ pub struct Proposal {
     /// encoded itself.
     #[serde(skip)]
     pub wire: Wire,
-    /// The commands were walked over, not kept, when the entry was decoded (`cmds` is empty):
-    /// a follower keeps an entry from its leader as `wire` alone until it is read back from
-    /// the log to be applied (see [`unskim`]). Never encoded itself.
+    /// The entry is held as its encoding alone (`wire`; `cmds` is empty): the log drops an
+    /// entry's decoded commands once they have been read to be applied, and decodes them
+    /// from `wire` again should they be read again (see [`decoded`]). Never encoded itself.
     #[serde(skip)]
-    pub skimmed: bool,
+    pub bytes_only: bool,
 }
 
-/// Encoded as if derived (the fields but `wire` and `skimmed`, in order); an entry whose
-/// commands were skimmed refuses, since its encoding is `wire` and `cmds` is empty.
+/// Encoded as if derived (the fields but `wire` and `bytes_only`, in order); an entry held as
+/// its bytes alone refuses, since its encoding is `wire` and `cmds` is empty.
 impl Serialize for Proposal {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{Error, SerializeStruct};
-        if self.skimmed {
+        if self.bytes_only {
             return Err(S::Error::custom(
                 "an entry held as its encoding is written from its bytes",
             ));
@@ -66,7 +66,7 @@ impl Proposal {
             origin,
             cmds: Arc::new(cmds),
             wire: Wire::default(),
-            skimmed: false,
+            bytes_only: false,
         }
     }
 }
@@ -100,7 +100,7 @@ pub struct Origin {
 
 impl fmt::Display for Proposal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.skimmed {
+        if self.bytes_only {
             write!(f, "Proposal(ts={}, encoded)", self.ts)
         } else {
             write!(f, "Proposal(ts={}, {} commands)", self.ts, self.cmds.len())
@@ -124,33 +124,30 @@ pub(crate) fn wire_of(entry: &Entry) -> Option<&bytes::Bytes> {
     }
 }
 
-/// Whether the entry's commands were skimmed (see `Proposal::skimmed`).
-pub(crate) fn is_skimmed(entry: &Entry) -> bool {
-    matches!(&entry.payload, openraft::EntryPayload::Normal(p) if p.skimmed)
+/// Whether the entry is held as its encoding alone (see `Proposal::bytes_only`).
+pub(crate) fn is_bytes_only(entry: &Entry) -> bool {
+    matches!(&entry.payload, openraft::EntryPayload::Normal(p) if p.bytes_only)
 }
 
-/// Decodes `encoded`, one entry's encoding, walking over its commands: the entry holds them
-/// as those bytes alone (a normal entry is `skimmed` and keeps `encoded` as its `wire`).
-pub(crate) fn decode_skimmed(
-    encoded: &[u8],
-) -> Result<(Entry, usize), bincode::error::DecodeError> {
-    let (mut entry, used): (Entry, usize) =
-        crate::cmd::packed::skimming(|| crate::cluster::decode_bounded(encoded))?;
-    if let openraft::EntryPayload::Normal(p) = &mut entry.payload {
-        let own = encoded.get(..used).unwrap_or_default();
-        p.wire.0 = Some(bytes::Bytes::copy_from_slice(own));
-        p.skimmed = true;
+/// Drops a normal entry's decoded commands when it carries its encoding, which it then keeps:
+/// once the state machine has read an entry, it is seldom read again.
+pub(crate) fn keep_bytes_only(entry: &mut Entry) {
+    if let openraft::EntryPayload::Normal(p) = &mut entry.payload
+        && p.wire.0.is_some()
+        && !p.bytes_only
+    {
+        p.cmds = Arc::default();
+        p.bytes_only = true;
     }
-    Ok((entry, used))
 }
 
-/// The entry with its commands, decoded from its encoding if they were skimmed (their
-/// strings are views into that encoding); a copy of it otherwise.
-pub(crate) fn unskim(entry: &Entry) -> std::io::Result<Entry> {
+/// The entry with its commands, decoded from its encoding if it is held as that alone (their
+/// strings are then views into the encoding); a copy of it otherwise.
+pub(crate) fn decoded(entry: &Entry) -> std::io::Result<Entry> {
     let openraft::EntryPayload::Normal(p) = &entry.payload else {
         return Ok(entry.clone());
     };
-    if !p.skimmed {
+    if !p.bytes_only {
         return Ok(entry.clone());
     }
     let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
@@ -176,7 +173,7 @@ pub(crate) fn unskim(entry: &Entry) -> std::io::Result<Entry> {
 /// as its encoding alone).
 pub(crate) fn set_wire(entry: &mut Entry, wire: Option<bytes::Bytes>) {
     if let openraft::EntryPayload::Normal(p) = &mut entry.payload
-        && !(p.skimmed && wire.is_none())
+        && !(p.bytes_only && wire.is_none())
     {
         p.wire.0 = wire;
     }

@@ -16,11 +16,9 @@
 //! `PACK_MAX`, a string is copied into an allocation of its own, as `Bytes` itself decodes.
 //! Only decoding changes: the encoded bytes are the same either way.
 //!
-//! Two more ways to decode an entry's commands, for a follower that keeps what its leader
-//! sends as encoded bytes until it applies it: `skimming` walks over the commands without
-//! keeping them (an append's entries must be walked to find where each ends), and `slicing`
-//! decodes them with every string a view into the entry's own encoding, which lives exactly
-//! as long as the entry.
+//! Where an entry's encoding is at hand as `Bytes` (a follower's copy of what its leader sent,
+//! an entry read back after its commands were dropped), `slicing` decodes the commands with
+//! every string a view into that encoding instead, which lives exactly as long as the entry.
 
 use super::keyed::KeyCmd;
 use bytes::{Bytes, BytesMut};
@@ -52,15 +50,12 @@ struct Arena {
 enum Mode {
     /// Into shared buffers (see the module's documentation).
     Pack(Arena),
-    /// Nowhere: an entry's commands are walked over and dropped.
-    Skim,
     /// Views into these bytes, which are being decoded.
     Slice(Bytes),
 }
 
 thread_local! {
-    /// How strings decoded on this thread are kept, while `packing`, `skimming` or
-    /// `slicing` runs.
+    /// How strings decoded on this thread are kept, while `packing` or `slicing` runs.
     static MODE: RefCell<Option<Mode>> = const { RefCell::new(None) };
 }
 
@@ -92,20 +87,10 @@ fn packing<R>(commands: usize, decode: impl FnOnce() -> R) -> R {
     in_mode(Mode::Pack(arena), decode)
 }
 
-/// Runs `decode` with every entry's commands walked over and left out (decoded as none).
-pub(crate) fn skimming<R>(decode: impl FnOnce() -> R) -> R {
-    in_mode(Mode::Skim, decode)
-}
-
 /// Runs `decode` over `src` with every string that lies within `src` kept as a view into it
 /// rather than copied.
 pub(crate) fn slicing<R>(src: &Bytes, decode: impl FnOnce() -> R) -> R {
     in_mode(Mode::Slice(src.clone()), decode)
-}
-
-/// Whether commands being decoded now are only walked over.
-fn skimming_now() -> bool {
-    MODE.with_borrow(|m| matches!(m, Some(Mode::Skim)))
 }
 
 /// Whether strings being decoded now are views into the bytes decoded.
@@ -113,15 +98,13 @@ fn slicing_now() -> bool {
     MODE.with_borrow(|m| matches!(m, Some(Mode::Slice(_))))
 }
 
-/// `v` as `Bytes`, kept as the current mode says: nothing when skimming, a view when it lies
-/// within the bytes being sliced, in the current arena when packing and `v` is short, else a
-/// copy of its own.
+/// `v` as `Bytes`, kept as the current mode says: a view when it lies within the bytes being
+/// sliced, in the current arena when packing and `v` is short, else a copy of its own.
 fn store(v: &[u8]) -> Bytes {
     if v.is_empty() {
         return Bytes::new();
     }
     MODE.with_borrow_mut(|m| match m {
-        Some(Mode::Skim) => Bytes::new(),
         Some(Mode::Slice(src)) => {
             let start = src.as_ptr() as usize;
             let at = v.as_ptr() as usize;
@@ -189,11 +172,7 @@ pub(crate) fn commands<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Vec<KeyCmd
             f.write_str("a list of commands")
         }
 
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<KeyCmd>, A::Error> {
-            if skimming_now() {
-                while seq.next_element::<KeyCmd>()?.is_some() {}
-                return Ok(Vec::new());
-            }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<KeyCmd>, A::Error> {
             let n = seq.size_hint().unwrap_or(0);
             // The hint comes from the input: capped, so a forged count allocates little.
             let collect = |mut seq: A| {

@@ -2,7 +2,7 @@
 //! framing and checksums, its payload, replaying a file into every group's log, and where each
 //! live record sits, which is what compaction copies.
 
-use crate::cluster::typ::{Entry, GroupId, LogId, Vote, is_skimmed, set_wire, wire_of};
+use crate::cluster::typ::{Entry, GroupId, LogId, Vote, is_bytes_only, set_wire, wire_of};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -275,7 +275,7 @@ impl Mem {
         let index = entry.log_id.index;
         // An entry held as its encoding alone keeps it: it weighs what its record does.
         let wired = wire_of(&entry)
-            .filter(|_| !is_skimmed(&entry))
+            .filter(|_| !is_bytes_only(&entry))
             .map(|w| w.len());
         let removed = put(&mut self.entries, index, Held { entry, size });
         self.bytes = self.bytes.saturating_sub(weight(&removed)) + size;

@@ -5,7 +5,7 @@
 use super::format::*;
 use super::writer::*;
 use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
-use crate::cluster::typ::{set_wire, unskim, wire_of};
+use crate::cluster::typ::{decoded, keep_bytes_only, set_wire, wire_of};
 use crate::sync::lock;
 use openraft::OptionalSend;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
@@ -278,11 +278,12 @@ pub(super) fn index_bounds(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> 
 }
 
 impl GroupLog {
-    /// The entries held from `start` to `end` (both included), as held.
-    fn held(&self, start: u64, end: u64) -> Result<Vec<Entry>, io::Error> {
-        let mem = self.mem();
+    /// The entries held from `start` to `end` (both included), as held; with `drop_decoded`,
+    /// those that carry their encoding keep only that from now on.
+    fn held(&self, start: u64, end: u64, drop_decoded: bool) -> Result<Vec<Entry>, io::Error> {
+        let mut mem = self.mem();
         let mut out: Vec<Entry> = Vec::new();
-        for (&index, Held { entry, .. }) in mem.entries.range(start..=end) {
+        for (&index, Held { entry, .. }) in mem.entries.range_mut(start..=end) {
             if let Some(prev) = out.last()
                 && prev.log_id.index + 1 != index
             {
@@ -292,14 +293,18 @@ impl GroupLog {
                 )));
             }
             out.push(entry.clone());
+            if drop_decoded {
+                keep_bytes_only(entry);
+            }
         }
         Ok(out)
     }
 }
 
 impl RaftLogReader<TypeConfig> for GroupLog {
-    /// Entries whose commands a follower kept encoded only are decoded here: this is how the
-    /// state machine reads what it applies.
+    /// This is how the state machine reads what it applies: an entry read here is then held
+    /// as its encoding alone, when it has one, and decoded from it should it be read here
+    /// again.
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -307,8 +312,8 @@ impl RaftLogReader<TypeConfig> for GroupLog {
         let Some((start, end)) = index_bounds(&range) else {
             return Ok(Vec::new());
         };
-        let held = self.held(start, end)?;
-        held.iter().map(unskim).collect()
+        let held = self.held(start, end, true)?;
+        held.iter().map(decoded).collect()
     }
 
     /// What replication reads: entries as they are held, since an append sends an entry's
@@ -319,7 +324,7 @@ impl RaftLogReader<TypeConfig> for GroupLog {
         end: u64,
     ) -> Result<Vec<Entry>, io::Error> {
         match end.checked_sub(1) {
-            Some(last) if start <= last => self.held(start, last),
+            Some(last) if start <= last => self.held(start, last, false),
             _ => Ok(Vec::new()),
         }
     }
@@ -474,7 +479,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::typ::{Proposal, decode_skimmed, is_skimmed};
+    use crate::cluster::typ::{Proposal, is_bytes_only};
     use crate::cmd::keyed::KeyCmd;
     use openraft::entry::RaftEntry;
     use openraft::type_config::TypeConfigExt;
@@ -483,17 +488,18 @@ mod tests {
         bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap()
     }
 
-    /// A follower holds its leader's entries as their bytes alone: replication reads them so,
-    /// the state machine reads them whole, and after a restart they come back whole from disk.
+    /// Once the state machine has read an entry that carries its encoding, the log holds it
+    /// as that alone: replication reads it so, another read decodes it whole again, and after
+    /// a restart it comes back whole from disk.
     #[tokio::test]
-    async fn entries_held_as_their_bytes_are_read_back_whole() {
+    async fn entries_read_to_be_applied_are_held_as_their_bytes() {
         let dir = std::env::temp_dir().join(format!(
             "bucketd-held-bytes-{}-{}",
             std::process::id(),
             line!()
         ));
         let _ = fs::remove_dir_all(&dir);
-        let entries: Vec<Entry> = (1..=3u64)
+        let mut entries: Vec<Entry> = (1..=3u64)
             .map(|i| {
                 let key = bytes::Bytes::from(format!("bucket:{{t}}:{i}"));
                 let cmds = vec![KeyCmd::IncrBy {
@@ -505,26 +511,32 @@ mod tests {
             })
             .collect();
         let sent: Vec<Vec<u8>> = entries.iter().map(encoded).collect();
-        let held: Vec<Entry> = sent.iter().map(|b| decode_skimmed(b).unwrap().0).collect();
-        assert!(held.iter().all(is_skimmed));
+        // As a follower's entries arrive: with the bytes they came in.
+        for (e, b) in entries.iter_mut().zip(&sent) {
+            set_wire(e, Some(b.clone().into()));
+        }
         {
             let log = NodeLog::open(Some(dir.clone()), false).unwrap();
             let mut g = log.group(0);
             let (tx, rx) = TypeConfig::oneshot();
-            g.append(held, IOFlushed::signal(tx)).await.unwrap();
+            g.append(entries, IOFlushed::signal(tx)).await.unwrap();
             rx.await.unwrap().unwrap();
 
-            let as_held = g.limited_get_log_entries(1, 4).await.unwrap();
-            assert_eq!(as_held.len(), 3);
-            for (e, bytes) in as_held.iter().zip(&sent) {
-                assert!(is_skimmed(e));
-                assert_eq!(wire_of(e).map(|w| w.to_vec()).as_ref(), Some(bytes));
-            }
-            let whole = g.try_get_log_entries(1..=3).await.unwrap();
-            assert_eq!(whole.len(), 3);
-            for (e, bytes) in whole.iter().zip(&sent) {
-                assert!(!is_skimmed(e));
-                assert_eq!(&encoded(e), bytes);
+            let before = g.limited_get_log_entries(1, 4).await.unwrap();
+            assert!(before.iter().all(|e| !is_bytes_only(e)));
+            for round in 0..2 {
+                let whole = g.try_get_log_entries(1..=3).await.unwrap();
+                assert_eq!(whole.len(), 3);
+                for (e, bytes) in whole.iter().zip(&sent) {
+                    assert!(!is_bytes_only(e));
+                    assert_eq!(&encoded(e), bytes, "read {round}");
+                }
+                let as_held = g.limited_get_log_entries(1, 4).await.unwrap();
+                assert_eq!(as_held.len(), 3);
+                for (e, bytes) in as_held.iter().zip(&sent) {
+                    assert!(is_bytes_only(e));
+                    assert_eq!(wire_of(e).map(|w| w.to_vec()).as_ref(), Some(bytes));
+                }
             }
         }
         let log = NodeLog::open(Some(dir.clone()), false).unwrap();
