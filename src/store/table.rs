@@ -21,6 +21,9 @@ const INDEX_COST: usize = std::mem::size_of::<u32>() + 1;
 /// bytes, the tag and a timestamp or two.
 const RECORD_TAIL: usize = 31;
 
+/// About what a new key's record takes (a key of 20 to 40 bytes and a bucket's state).
+const NEW_RECORD_GUESS: usize = 48;
+
 /// Asks the processor to bring the cache line at `p` in, without waiting for it.
 #[inline(always)]
 fn prefetch_read(p: *const u8) {
@@ -251,9 +254,22 @@ impl Store {
         hashes.extend(keys.map(|key| self.hash(key)));
         // Hashed first, in a loop of their own: the probes then follow each other closely
         // enough that the processor has many of their misses in flight at once.
+        // Where new keys' records will go, too: the end of their partition's arena, moved on
+        // by about a record for each earlier key of the batch in the same partition. An
+        // arena's end is written again only every few dozen inserts, by which time its line
+        // has left the cache, and the first write to it made the insert wait for memory.
+        let mut ahead = [0u16; PARTITIONS];
         for &hash in &hashes {
-            let part = &self.partitions[Self::partition_of(hash)];
+            let p = Self::partition_of(hash);
+            let part = &self.partitions[p];
             let _ = part.index.find(index_hash(hash), |_| false);
+            if let Some(k) = ahead.get_mut(p) {
+                let at = part.arena.len() + usize::from(*k) * NEW_RECORD_GUESS;
+                if at < part.arena.capacity() {
+                    prefetch_read(part.arena.as_ptr().wrapping_add(at));
+                }
+                *k = k.saturating_add(1);
+            }
         }
         for &hash in &hashes {
             let part = &self.partitions[Self::partition_of(hash)];
@@ -274,6 +290,7 @@ impl Store {
     }
 
     /// Finds `key`, dropping it first if it has expired.
+    #[inline(always)]
     pub fn slot<'a>(&'a mut self, key: &'a [u8], now: u64) -> Slot<'a> {
         let hash = self.hash(key);
         let Store {
