@@ -253,11 +253,11 @@ impl Store {
         hashes.clear();
         hashes.extend(keys.map(|key| self.hash(key)));
         // Hashed first, in a loop of their own: the probes then follow each other closely
-        // enough that the processor has many of their misses in flight at once.
-        // Where new keys' records will go, too: the end of their partition's arena, moved on
-        // by about a record for each earlier key of the batch in the same partition. An
-        // arena's end is written again only every few dozen inserts, by which time its line
-        // has left the cache, and the first write to it made the insert wait for memory.
+        // enough that the processor has many of their misses in flight at once. The probes
+        // also ask for where new keys' records will go: the end of their partition's arena,
+        // moved on by about a record for each earlier key of the batch in the same partition.
+        // An arena's end is written again only every few dozen inserts, by which time its
+        // line has left the cache, and the first write to it made the insert wait for memory.
         let mut ahead = [0u16; PARTITIONS];
         for &hash in &hashes {
             let p = Self::partition_of(hash);
@@ -290,7 +290,6 @@ impl Store {
     }
 
     /// Finds `key`, dropping it first if it has expired.
-    #[inline(always)]
     pub fn slot<'a>(&'a mut self, key: &'a [u8], now: u64) -> Slot<'a> {
         let hash = self.hash(key);
         let Store {
