@@ -125,6 +125,7 @@ pub(crate) fn wire_of(entry: &Entry) -> Option<&bytes::Bytes> {
 }
 
 /// Whether the entry is held as its encoding alone (see `Proposal::bytes_only`).
+#[cfg(test)]
 pub(crate) fn is_bytes_only(entry: &Entry) -> bool {
     matches!(&entry.payload, openraft::EntryPayload::Normal(p) if p.bytes_only)
 }

@@ -2,7 +2,7 @@
 //! framing and checksums, its payload, replaying a file into every group's log, and where each
 //! live record sits, which is what compaction copies.
 
-use crate::cluster::typ::{Entry, GroupId, LogId, Vote, is_bytes_only, set_wire, wire_of};
+use crate::cluster::typ::{Entry, GroupId, LogId, Vote, set_wire, wire_of};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -255,7 +255,9 @@ pub(super) struct Mem {
 /// that carry them to the followers right after they are written (a follower that lags
 /// further gets older entries encoded anew). Not counted in `Mem::bytes`: at most this per
 /// group on top of the bound (a leader's entries hold theirs as views into the buffer their
-/// records were written from, which stays while any of its entries keeps its view).
+/// records were written from, which stays while any of its entries keeps its view). An entry
+/// already applied, held as its encoding alone, keeps it past this window (`set_wire` leaves
+/// it): it then weighs what its record does, which `Mem::bytes` counts.
 pub(super) const WIRE_KEEP: usize = 1 << 20;
 
 /// An entry held in memory, and the size of its record on disk (0 for a log kept only in
@@ -273,10 +275,7 @@ impl Mem {
     /// Puts `entry` at its index, dropping any entry at or after it.
     pub(super) fn put(&mut self, entry: Entry, size: u64) {
         let index = entry.log_id.index;
-        // An entry held as its encoding alone keeps it: it weighs what its record does.
-        let wired = wire_of(&entry)
-            .filter(|_| !is_bytes_only(&entry))
-            .map(|w| w.len());
+        let wired = wire_of(&entry).map(|w| w.len());
         let removed = put(&mut self.entries, index, Held { entry, size });
         self.bytes = self.bytes.saturating_sub(weight(&removed)) + size;
         if let Some(len) = wired {
