@@ -1681,7 +1681,7 @@ mod tests {
             );
             let as_held = bincode::serde::encode_to_vec(&held, bincode::config::standard());
             assert_eq!(as_held.is_err(), i != 1, "entry {i}");
-            let full = crate::cluster::typ::decoded(&held).unwrap();
+            let full = crate::cluster::typ::decoded(held).unwrap();
             assert!(!crate::cluster::typ::is_bytes_only(&full));
             let again = bincode::serde::encode_to_vec(&full, bincode::config::standard()).unwrap();
             assert_eq!(again, plain[i], "entry {i}");

@@ -142,14 +142,14 @@ pub(crate) fn keep_bytes_only(entry: &mut Entry) {
     }
 }
 
-/// The entry with its commands, decoded from its encoding if it is held as that alone (their
-/// strings are then views into the encoding); a copy of it otherwise.
-pub(crate) fn decoded(entry: &Entry) -> std::io::Result<Entry> {
+/// The entry with its commands: decoded from its encoding if it is held as that alone (their
+/// strings are then views into the encoding), as it is otherwise.
+pub(crate) fn decoded(entry: Entry) -> std::io::Result<Entry> {
     let openraft::EntryPayload::Normal(p) = &entry.payload else {
-        return Ok(entry.clone());
+        return Ok(entry);
     };
     if !p.bytes_only {
-        return Ok(entry.clone());
+        return Ok(entry);
     }
     let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
     let wire = p

@@ -313,7 +313,7 @@ impl RaftLogReader<TypeConfig> for GroupLog {
             return Ok(Vec::new());
         };
         let held = self.held(start, end, true)?;
-        held.iter().map(decoded).collect()
+        held.into_iter().map(decoded).collect()
     }
 
     /// What replication reads: entries as they are held, since an append sends an entry's
