@@ -464,6 +464,11 @@ fn decode_append(
         let here = region.get(from..).unwrap_or_default();
         let (mut entry, used): (Entry, usize) =
             crate::cmd::packed::slicing(&region, || decode_bounded(here))?;
+        if used > here.len() {
+            return Err(bincode::error::DecodeError::UnexpectedEnd {
+                additional: used - here.len(),
+            });
+        }
         set_wire(&mut entry, Some(region.slice(from..from + used)));
         from += used;
         entries.push(entry);
@@ -1688,6 +1693,7 @@ mod tests {
             let arrived = bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
             assert_eq!(arrived, plain[i], "entry {i}");
             // Its keys are views into its bytes, not copies, as it arrived and decoded again.
+            let mut viewed = 0;
             for x in [e, &full] {
                 if let (openraft::EntryPayload::Normal(p), Some(wire)) =
                     (&x.payload, crate::cluster::typ::wire_of(x))
@@ -1695,10 +1701,12 @@ mod tests {
                     let within = wire.as_ptr_range();
                     for key in p.cmds.iter().filter_map(KeyCmd::single_key) {
                         assert!(within.contains(&key.as_ptr()), "entry {i}");
+                        viewed += 1;
                     }
                     assert_eq!(p.cmds.len(), 1, "entry {i}");
                 }
             }
+            assert_eq!(viewed, if i == 1 { 0 } else { 2 }, "entry {i}");
             // A blank entry has nowhere to keep bytes; a normal one keeps what it came in.
             let kept = crate::cluster::typ::wire_of(e).map(|b| b.to_vec());
             assert_eq!(kept, (i != 1).then(|| plain[i].clone()), "entry {i}");
