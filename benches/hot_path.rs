@@ -457,11 +457,49 @@ fn shard_hop(c: &mut Criterion) {
     thread.join().expect("shard thread");
 }
 
+/// Commands per Raft entry under `redis-benchmark --cluster -P 16 -c 50` (about 265 measured).
+const ENTRY_COMMANDS: usize = 256;
+
+/// A follower's decoding of an append from its leader: one entry of `ENTRY_COMMANDS` checks.
+fn replication(c: &mut Criterion) {
+    use bucketd::internals::cluster::transport::{PeerFrame, Rpc, decode_peer_frame};
+    use bucketd::internals::cluster::typ::{Entry, Origin, Proposal, TypeConfig, Vote};
+    use openraft::entry::RaftEntry;
+    let keys: Vec<Bytes> = (1..=KEYS)
+        .map(|i| Bytes::from(format!("bucket:{{tag}}:{i:012}")))
+        .collect();
+    let mut rng = Rng::new();
+    let cmds = throttle_batch_of(ENTRY_COMMANDS, &keys, &mut rng);
+    let origin = Some(Origin { run: 7, seq: 1234 });
+    let entry = Entry::new_normal(
+        openraft::testing::log_id::<TypeConfig>(3, 1, 123_456),
+        Proposal::new(EPOCH, origin, cmds),
+    );
+    let frame = PeerFrame::Request {
+        id: 99,
+        group: 5,
+        rpc: Rpc::Append(openraft::raft::AppendEntriesRequest {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_455)),
+            entries: vec![entry],
+            leader_commit: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_450)),
+        }),
+    };
+    let bytes = bincode::serde::encode_to_vec(&frame, bincode::config::standard())
+        .expect("encodable frame");
+    let mut g = c.benchmark_group("replication");
+    g.throughput(Throughput::Elements(ENTRY_COMMANDS as u64));
+    g.bench_function(format!("decode_append_x{ENTRY_COMMANDS}"), |b| {
+        b.iter(|| decode_peer_frame(black_box(&bytes)).expect("decodable frame"))
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = hot_path;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = protocol, limiter_kernels, routing, keyspace, shard_hop
+    targets = protocol, limiter_kernels, routing, keyspace, shard_hop, replication
 }
 criterion_main!(hot_path);

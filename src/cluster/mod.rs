@@ -1,6 +1,7 @@
 //! Cluster mode: hash slots split over a fixed number of Raft groups, each replicated on R
 //! nodes.
 
+pub(crate) mod entry_decode;
 pub(crate) mod group_net;
 pub(crate) mod log_store;
 pub(crate) mod membership;

@@ -461,14 +461,7 @@ fn decode_append(
     let region = bytes::Bytes::copy_from_slice(rest(at));
     let mut from = 0;
     for _ in 0..n {
-        let here = region.get(from..).unwrap_or_default();
-        let (mut entry, used): (Entry, usize) =
-            crate::cmd::packed::slicing(&region, || decode_bounded(here))?;
-        if used > here.len() {
-            return Err(bincode::error::DecodeError::UnexpectedEnd {
-                additional: used - here.len(),
-            });
-        }
+        let (mut entry, used) = crate::cluster::entry_decode::decode_entry(&region, from)?;
         set_wire(&mut entry, Some(region.slice(from..from + used)));
         from += used;
         entries.push(entry);

@@ -157,9 +157,8 @@ pub(crate) fn decoded(entry: Entry) -> std::io::Result<Entry> {
         .0
         .as_ref()
         .ok_or_else(|| bad(format!("entry {} lost its encoding", entry.log_id)))?;
-    let (mut full, used): (Entry, usize) =
-        crate::cmd::packed::slicing(wire, || crate::cluster::decode_bounded(wire))
-            .map_err(|e| bad(format!("entry {}: {e}", entry.log_id)))?;
+    let (mut full, used) = crate::cluster::entry_decode::decode_entry(wire, 0)
+        .map_err(|e| bad(format!("entry {}: {e}", entry.log_id)))?;
     if used != wire.len() || full.log_id != entry.log_id {
         return Err(bad(format!(
             "entry {} does not match its encoding",
