@@ -280,6 +280,13 @@ cluster_ticks() {
     echo "$sum"
 }
 
+# cluster_ns PID...: their CPU time in ns, summed (see cpu_ns).
+cluster_ns() {
+    local pid sum=0
+    for pid in "$@"; do sum=$((sum + $(cpu_ns "$pid"))); done
+    echo "$sum"
+}
+
 # cbench ID SIDE(redis|bucketd) PIPELINE N ROUND CMD...: one bounded redis-benchmark --cluster
 # run against that cluster, appended to $RUNS (the columns compare.sh's runs have, the server
 # process CPU being that of all the cluster's processes) and its error replies to $ERRS.
@@ -303,13 +310,14 @@ cbench() {
     hit=$(python3 "$BENCHES/cluster_view.py" targets "$HOST" "$entry" |
         awk '{ printf "%s%s:%s", s, $1, $2; s = " " }')
     wait_quiet
-    local e0 e1 cmd0 cmd1 s0 s1 k0 k1 s2 s3 k2 k3 c0 c1 t0 t1 parsed rc=0
+    local e0 e1 cmd0 cmd1 s0 s1 k0 k1 s2 s3 k2 k3 c0 c1 n0 n1 t0 t1 parsed rc=0
     local err="$WORK/bench-$id-P$pipe-$round.err"
     e0=$(error_counts "${nodes[@]}")
     cmd0=$(commands_per_node "${nodes[@]}")
     read -r s0 s1 < <(core_ticks "$SERVER_CPU")
     read -r k0 k1 < <(core_ticks "$CLIENT_CPU")
     c0=$(cluster_ticks "${pids[@]}")
+    n0=$(cluster_ns "${pids[@]}")
     t0=$(date +%s%N)
     # In the background and waited for, so that Ctrl-C reaches the trap at once (bash runs a
     # trap only after a foreground command ends, and timeout keeps it from the terminal's
@@ -323,6 +331,7 @@ cbench() {
     unset 'PIDS[${#PIDS[@]}-1]'
     t1=$(date +%s%N)
     c1=$(cluster_ticks "${pids[@]}")
+    n1=$(cluster_ns "${pids[@]}")
     read -r s2 s3 < <(core_ticks "$SERVER_CPU")
     read -r k2 k3 < <(core_ticks "$CLIENT_CPU")
     e1=$(error_counts "${nodes[@]}")
@@ -350,7 +359,7 @@ cbench() {
         return 0
     fi
     record_run "$id" "$pipe" "$round" "$parsed" $((c1 - c0)) $((t1 - t0)) \
-        $((s2 - s0)) $((s3 - s1)) $((k2 - k0)) $((k3 - k1))
+        $((s2 - s0)) $((s3 - s1)) $((k2 - k0)) $((k3 - k1)) $((n1 - n0)) "$n"
     local proc=$RUN_PROC srv=$RUN_SRV cl=$RUN_CL
     log "  $id P$pipe round $round: $(cut -f1 <<<"$parsed" | cut -d. -f1) ops/s" \
         "(cluster CPU $proc%, server core $srv% busy, client core $cl% busy;" \
@@ -488,6 +497,16 @@ EOF
     python3 "$BENCHES/report.py" cpu-columns "$RUNS" \
         "Redis Cluster EVALSHA|rc:evalsha" "Redis Cluster INCR|rc:incr" \
         "bucketd CL.THROTTLE|bd:throttle"
+    cat <<EOF
+
+CPU time per request of all the cluster's processes together (the scheduler's run time of
+every thread, /proc/PID/task/*/schedstat, over the run, divided by the requests sent; medians
+over the rounds), against Redis Cluster's \`INCR\`. Unlike throughput, it does not depend on
+who set the pace, and it moves less with the machine's other load.
+
+EOF
+    python3 "$BENCHES/report.py" cpu-ratios "$RUNS" "Redis Cluster INCR|rc:incr" \
+        "Redis Cluster EVALSHA|rc:evalsha" "bucketd CL.THROTTLE|bd:throttle"
     cat <<EOF
 
 ## Error replies and redirections during the runs
