@@ -464,6 +464,7 @@ const ENTRY_COMMANDS: usize = 256;
 fn replication(c: &mut Criterion) {
     use bucketd::internals::cluster::transport::{PeerFrame, Rpc, decode_peer_frame};
     use bucketd::internals::cluster::typ::{Entry, Origin, Proposal, TypeConfig, Vote};
+    use bucketd::internals::cmd::keyed::{SetCond, SetExpiry};
     use openraft::entry::RaftEntry;
     let keys: Vec<Bytes> = (1..=KEYS)
         .map(|i| Bytes::from(format!("bucket:{{tag}}:{i:012}")))
@@ -491,6 +492,36 @@ fn replication(c: &mut Criterion) {
     g.throughput(Throughput::Elements(ENTRY_COMMANDS as u64));
     g.bench_function(format!("decode_append_x{ENTRY_COMMANDS}"), |b| {
         b.iter(|| decode_peer_frame(black_box(&bytes)).expect("decodable frame"))
+    });
+    // The same append with plain SETs, commands that are decoded through serde.
+    let sets = keys
+        .iter()
+        .take(ENTRY_COMMANDS)
+        .map(|key| KeyCmd::Set {
+            key: key.clone(),
+            value: Bytes::from_static(b"1"),
+            expiry: SetExpiry::In(60_000),
+            cond: SetCond::Always,
+            get: false,
+        })
+        .collect();
+    let set_frame = PeerFrame::Request {
+        id: 99,
+        group: 5,
+        rpc: Rpc::Append(openraft::raft::AppendEntriesRequest {
+            vote: Vote::new_committed(3, 1),
+            prev_log_id: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_455)),
+            entries: vec![Entry::new_normal(
+                openraft::testing::log_id::<TypeConfig>(3, 1, 123_456),
+                Proposal::new(EPOCH, origin, sets),
+            )],
+            leader_commit: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_450)),
+        }),
+    };
+    let set_bytes = bincode::serde::encode_to_vec(&set_frame, bincode::config::standard())
+        .expect("encodable frame");
+    g.bench_function(format!("decode_append_set_x{ENTRY_COMMANDS}"), |b| {
+        b.iter(|| decode_peer_frame(black_box(&set_bytes)).expect("decodable frame"))
     });
     g.finish();
 }

@@ -31,18 +31,27 @@ const NORMAL: u8 = 1;
 /// Decodes the entry that starts at `from` in `src`, with its strings as views into `src`;
 /// also gives the number of bytes it took.
 pub(crate) fn decode_entry(src: &Bytes, from: usize) -> Result<(Entry, usize), DecodeError> {
+    // Strings decoded by serde, a whole entry's or one command's, are views into `src` too:
+    // the mode that says so is set once for the entry, not once per command.
+    crate::cmd::packed::slicing(src, || match Reader::new(src, from).entry() {
+        Some(done) => Ok(done),
+        None => serde_at(src, from),
+    })
+}
+
+/// What serde decodes at `from` in `src`, and the bytes it took.
+fn serde_at<T: serde::de::DeserializeOwned>(
+    src: &Bytes,
+    from: usize,
+) -> Result<(T, usize), DecodeError> {
     let here = src.get(from..).unwrap_or_default();
-    if let Some(done) = Reader::new(src, from).entry() {
-        return Ok(done);
-    }
-    let (entry, used): (Entry, usize) =
-        crate::cmd::packed::slicing(src, || crate::cluster::decode_bounded(here))?;
+    let (value, used) = crate::cluster::decode_bounded(here)?;
     if used > here.len() {
         return Err(DecodeError::UnexpectedEnd {
             additional: used - here.len(),
         });
     }
-    Ok((entry, used))
+    Ok((value, used))
 }
 
 struct Reader<'a> {
@@ -122,12 +131,7 @@ impl<'a> Reader<'a> {
 
     /// One command of a kind not read here, decoded by serde where it starts.
     fn through_serde(&mut self) -> Option<KeyCmd> {
-        let here = self.src.get(self.at..)?;
-        let (cmd, used): (KeyCmd, usize) =
-            crate::cmd::packed::slicing(self.src, || crate::cluster::decode_bounded(here)).ok()?;
-        if used > here.len() {
-            return None;
-        }
+        let (cmd, used) = serde_at::<KeyCmd>(self.src, self.at).ok()?;
         self.at += used;
         Some(cmd)
     }
@@ -340,13 +344,18 @@ mod tests {
             let direct = direct.unwrap();
             prop_assert_eq!(direct.1, len);
             same(&src, &direct)?;
-            // Strings are views into the source.
-            if let openraft::EntryPayload::Normal(p) = &direct.0.payload {
-                let range = src.as_ptr() as usize..src.as_ptr() as usize + src.len();
-                for c in p.cmds.iter() {
-                    if let Some(k) = c.single_key().filter(|k| !k.is_empty()) {
-                        prop_assert!(range.contains(&(k.as_ptr() as usize)));
-                    }
+            // As a follower decodes it: the same, and every string a view into the source,
+            // those of commands decoded through serde too.
+            let decoded = decode_entry(&src, 0).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(decoded.1, len);
+            prop_assert_eq!(encode(&decoded.0), encode(&direct.0));
+            let openraft::EntryPayload::Normal(p) = &decoded.0.payload else {
+                return Err(TestCaseError::fail("not a normal entry"));
+            };
+            let range = src.as_ptr() as usize..src.as_ptr() as usize + src.len();
+            for c in p.cmds.iter() {
+                if let Some(k) = c.single_key().filter(|k| !k.is_empty()) {
+                    prop_assert!(range.contains(&(k.as_ptr() as usize)), "{c:?}");
                 }
             }
         }
@@ -398,10 +407,10 @@ mod tests {
         bytes.splice(0..1, [251, 5, 0]);
         let src = Bytes::from(bytes);
         assert!(Reader::new(&src, 0).entry().is_none());
-        if let Ok((e, _)) = through_serde(&src) {
-            let (d, _) = decode_entry(&src, 0).unwrap();
-            assert_eq!(encode(&d), encode(&e));
-        }
+        let (e, used) = through_serde(&src).unwrap();
+        let (d, d_used) = decode_entry(&src, 0).unwrap();
+        assert_eq!((encode(&d), d_used), (encode(&e), used));
+        assert_eq!(d.log_id, normal.log_id);
     }
 
     #[test]
