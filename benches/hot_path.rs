@@ -466,63 +466,50 @@ fn replication(c: &mut Criterion) {
     use bucketd::internals::cluster::typ::{Entry, Origin, Proposal, TypeConfig, Vote};
     use bucketd::internals::cmd::keyed::{SetCond, SetExpiry};
     use openraft::entry::RaftEntry;
+    let lid = |i| openraft::testing::log_id::<TypeConfig>(3, 1, i);
+    // An append as a leader sends it: one entry of `cmds`.
+    let append = |cmds: Vec<KeyCmd>| {
+        let origin = Some(Origin { run: 7, seq: 1234 });
+        let frame = PeerFrame::Request {
+            id: 99,
+            group: 5,
+            rpc: Rpc::Append(openraft::raft::AppendEntriesRequest {
+                vote: Vote::new_committed(3, 1),
+                prev_log_id: Some(lid(123_455)),
+                entries: vec![Entry::new_normal(
+                    lid(123_456),
+                    Proposal::new(EPOCH, origin, cmds),
+                )],
+                leader_commit: Some(lid(123_450)),
+            }),
+        };
+        bincode::serde::encode_to_vec(&frame, bincode::config::standard()).expect("encodable frame")
+    };
     let keys: Vec<Bytes> = (1..=KEYS)
         .map(|i| Bytes::from(format!("bucket:{{tag}}:{i:012}")))
         .collect();
     let mut rng = Rng::new();
-    let cmds = throttle_batch_of(ENTRY_COMMANDS, &keys, &mut rng);
-    let origin = Some(Origin { run: 7, seq: 1234 });
-    let entry = Entry::new_normal(
-        openraft::testing::log_id::<TypeConfig>(3, 1, 123_456),
-        Proposal::new(EPOCH, origin, cmds),
+    let checks = append(throttle_batch_of(ENTRY_COMMANDS, &keys, &mut rng));
+    // The same append with plain SETs, commands that are decoded through serde.
+    let sets = append(
+        keys.iter()
+            .take(ENTRY_COMMANDS)
+            .map(|key| KeyCmd::Set {
+                key: key.clone(),
+                value: Bytes::from_static(b"1"),
+                expiry: SetExpiry::In(60_000),
+                cond: SetCond::Always,
+                get: false,
+            })
+            .collect(),
     );
-    let frame = PeerFrame::Request {
-        id: 99,
-        group: 5,
-        rpc: Rpc::Append(openraft::raft::AppendEntriesRequest {
-            vote: Vote::new_committed(3, 1),
-            prev_log_id: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_455)),
-            entries: vec![entry],
-            leader_commit: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_450)),
-        }),
-    };
-    let bytes = bincode::serde::encode_to_vec(&frame, bincode::config::standard())
-        .expect("encodable frame");
     let mut g = c.benchmark_group("replication");
     g.throughput(Throughput::Elements(ENTRY_COMMANDS as u64));
-    g.bench_function(format!("decode_append_x{ENTRY_COMMANDS}"), |b| {
-        b.iter(|| decode_peer_frame(black_box(&bytes)).expect("decodable frame"))
-    });
-    // The same append with plain SETs, commands that are decoded through serde.
-    let sets = keys
-        .iter()
-        .take(ENTRY_COMMANDS)
-        .map(|key| KeyCmd::Set {
-            key: key.clone(),
-            value: Bytes::from_static(b"1"),
-            expiry: SetExpiry::In(60_000),
-            cond: SetCond::Always,
-            get: false,
-        })
-        .collect();
-    let set_frame = PeerFrame::Request {
-        id: 99,
-        group: 5,
-        rpc: Rpc::Append(openraft::raft::AppendEntriesRequest {
-            vote: Vote::new_committed(3, 1),
-            prev_log_id: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_455)),
-            entries: vec![Entry::new_normal(
-                openraft::testing::log_id::<TypeConfig>(3, 1, 123_456),
-                Proposal::new(EPOCH, origin, sets),
-            )],
-            leader_commit: Some(openraft::testing::log_id::<TypeConfig>(3, 1, 123_450)),
-        }),
-    };
-    let set_bytes = bincode::serde::encode_to_vec(&set_frame, bincode::config::standard())
-        .expect("encodable frame");
-    g.bench_function(format!("decode_append_set_x{ENTRY_COMMANDS}"), |b| {
-        b.iter(|| decode_peer_frame(black_box(&set_bytes)).expect("decodable frame"))
-    });
+    for (name, bytes) in [("decode_append", &checks), ("decode_append_set", &sets)] {
+        g.bench_function(format!("{name}_x{ENTRY_COMMANDS}"), |b| {
+            b.iter(|| decode_peer_frame(black_box(bytes)).expect("decodable frame"))
+        });
+    }
     g.finish();
 }
 
