@@ -273,6 +273,19 @@ commands_per_node() {
     echo "${out[*]}"
 }
 
+# proposed_totals PORT...: "ENTRIES COMMANDS", the log entries the bucketd nodes proposed and the
+# commands in them (INFO cluster), summed over the nodes.
+proposed_totals() {
+    local port e=0 c=0 x
+    for port in "$@"; do
+        x=$(info_line "$port" cluster cluster_entries_proposed)
+        e=$((e + ${x:-0}))
+        x=$(info_line "$port" cluster cluster_commands_proposed)
+        c=$((c + ${x:-0}))
+    done
+    echo "$e $c"
+}
+
 # cluster_ticks PID...: CPU time of all the processes, in clock ticks.
 cluster_ticks() {
     local pid sum=0
@@ -311,9 +324,11 @@ cbench() {
         awk '{ printf "%s%s:%s", s, $1, $2; s = " " }')
     wait_quiet
     local e0 e1 cmd0 cmd1 s0 s1 k0 k1 s2 s3 k2 k3 c0 c1 n0 n1 t0 t1 parsed rc=0
+    local pe0=0 pc0=0 pe1=0 pc1=0
     local err="$WORK/bench-$id-P$pipe-$round.err"
     e0=$(error_counts "${nodes[@]}")
     cmd0=$(commands_per_node "${nodes[@]}")
+    [[ $side == bucketd ]] && read -r pe0 pc0 < <(proposed_totals "${nodes[@]}")
     read -r s0 s1 < <(core_ticks "$SERVER_CPU")
     read -r k0 k1 < <(core_ticks "$CLIENT_CPU")
     c0=$(cluster_ticks "${pids[@]}")
@@ -336,6 +351,7 @@ cbench() {
     read -r k2 k3 < <(core_ticks "$CLIENT_CPU")
     e1=$(error_counts "${nodes[@]}")
     cmd1=$(commands_per_node "${nodes[@]}")
+    [[ $side == bucketd ]] && read -r pe1 pc1 < <(proposed_totals "${nodes[@]}")
     TOTAL_RUNS=$((TOTAL_RUNS + 1))
     BUSY_RUNS=$((BUSY_RUNS + RUN_NOISY))
 
@@ -347,8 +363,13 @@ cbench() {
         n = split(a, x, " "); split(b, y, " ")
         for (i = 1; i <= n; i++) printf "%s%d", (i > 1 ? " / " : ""), y[i] - x[i] }')
     refetch=$(grep -c 'slots configuration changed' "$err" || true)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$pipe" "$round" "$rc" "${errors:-none}" \
-        "$refetch" "$hit" "$served" >>"$ERRS"
+    # Commands per Raft log entry over the run (bucketd only: Redis has no entries).
+    local per_entry=-
+    if ((pe1 > pe0)); then
+        per_entry=$(awk -v e=$((pe1 - pe0)) -v c=$((pc1 - pc0)) 'BEGIN { printf "%.1f", c / e }')
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$id" "$pipe" "$round" "$rc" \
+        "${errors:-none}" "$refetch" "$hit" "$served" "$per_entry" >>"$ERRS"
     if ((rc != 0)); then
         log "  $id P$pipe: redis-benchmark failed (exit $rc): $(grep -v '^WARNING' "$err" |
             tail -1), run skipped"
@@ -363,7 +384,8 @@ cbench() {
     local proc=$RUN_PROC srv=$RUN_SRV cl=$RUN_CL
     log "  $id P$pipe round $round: $(cut -f1 <<<"$parsed" | cut -d. -f1) ops/s" \
         "(cluster CPU $proc%, server core $srv% busy, client core $cl% busy;" \
-        "error replies: ${errors:-none}; slots hit $hit; commands per node $served)"
+        "error replies: ${errors:-none}; slots hit $hit; commands per node $served;" \
+        "commands per log entry $per_entry)"
 }
 
 r_eval() { cbench rc:evalsha redis "$@" "${EVAL_CMD[@]}"; }
@@ -519,10 +541,13 @@ redis-benchmark also counts an error it does not act on (-TRYAGAIN) as a complet
 "slots hit" is each primary's first slot (port:slot) when the run started; "commands per node"
 the total_commands_processed delta of each node, Redis ports in the order ${RC_PORTS[*]} (primaries
 ${RC_PRIMARIES[*]}; Redis counts the commands a script calls, and replicas the writes they
-replay), bucketd ports ${BD_PORTS[*]}.
+replay), bucketd ports ${BD_PORTS[*]}. "per entry" is the commands in each Raft log entry the
+bucketd nodes proposed during the run (INFO cluster: cluster_commands_proposed over
+cluster_entries_proposed): each entry costs a log write on every replica and a round trip to
+each follower, whatever it carries.
 
-| run | pipeline | round | exit | error replies | slot refetches | slots hit | commands per node |
-|---|---:|---:|---:|---|---:|---|---|
+| run | pipeline | round | exit | error replies | slot refetches | slots hit | commands per node | per entry |
+|---|---:|---:|---:|---|---:|---|---|---:|
 $(awk -F'\t' -v OFS=' | ' '{ $1 = $1; print "| " $0 " |" }' "$ERRS")
 
 ## Idle CPU
