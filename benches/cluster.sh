@@ -274,29 +274,20 @@ commands_per_node() {
 }
 
 # proposed_totals PORT...: "ENTRIES COMMANDS", the log entries the bucketd nodes proposed and the
-# commands in them (INFO cluster), summed over the nodes.
+# commands in them (one INFO cluster per node), summed over the nodes.
 proposed_totals() {
-    local port e=0 c=0 x
-    for port in "$@"; do
-        x=$(info_line "$port" cluster cluster_entries_proposed)
-        e=$((e + ${x:-0}))
-        x=$(info_line "$port" cluster cluster_commands_proposed)
-        c=$((c + ${x:-0}))
-    done
-    echo "$e $c"
+    local port
+    for port in "$@"; do cli "$port" INFO cluster 2>/dev/null | tr -d '\r'; done |
+        awk -F: '$1 == "cluster_entries_proposed" { e += $2 }
+            $1 == "cluster_commands_proposed" { c += $2 }
+            END { printf "%d %d\n", e, c }'
 }
 
-# cluster_ticks PID...: CPU time of all the processes, in clock ticks.
-cluster_ticks() {
-    local pid sum=0
-    for pid in "$@"; do sum=$((sum + $(cpu_ticks "$pid"))); done
-    echo "$sum"
-}
-
-# cluster_ns PID...: their CPU time in ns, summed (see cpu_ns).
-cluster_ns() {
-    local pid sum=0
-    for pid in "$@"; do sum=$((sum + $(cpu_ns "$pid"))); done
+# summed COUNTER PID...: COUNTER (cpu_ticks or cpu_ns) of each process, added up.
+summed() {
+    local counter=$1 pid sum=0
+    shift
+    for pid in "$@"; do sum=$((sum + $("$counter" "$pid"))); done
     echo "$sum"
 }
 
@@ -331,8 +322,8 @@ cbench() {
     [[ $side == bucketd ]] && read -r pe0 pc0 < <(proposed_totals "${nodes[@]}")
     read -r s0 s1 < <(core_ticks "$SERVER_CPU")
     read -r k0 k1 < <(core_ticks "$CLIENT_CPU")
-    c0=$(cluster_ticks "${pids[@]}")
-    n0=$(cluster_ns "${pids[@]}")
+    c0=$(summed cpu_ticks "${pids[@]}")
+    n0=$(summed cpu_ns "${pids[@]}")
     t0=$(date +%s%N)
     # In the background and waited for, so that Ctrl-C reaches the trap at once (bash runs a
     # trap only after a foreground command ends, and timeout keeps it from the terminal's
@@ -345,8 +336,8 @@ cbench() {
     wait "$bench_pid" || rc=$?
     unset 'PIDS[${#PIDS[@]}-1]'
     t1=$(date +%s%N)
-    c1=$(cluster_ticks "${pids[@]}")
-    n1=$(cluster_ns "${pids[@]}")
+    c1=$(summed cpu_ticks "${pids[@]}")
+    n1=$(summed cpu_ns "${pids[@]}")
     read -r s2 s3 < <(core_ticks "$SERVER_CPU")
     read -r k2 k3 < <(core_ticks "$CLIENT_CPU")
     e1=$(error_counts "${nodes[@]}")
