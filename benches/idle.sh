@@ -7,6 +7,12 @@
 #   GROUPS_LIST="64" bash benches/idle.sh
 #   WAIT_S=40 WINDOW_S=20 bash benches/idle.sh
 #
+# Settled means: at least WAIT_S seconds after start-up, and every node's count of quiet groups
+# led (INFO cluster) unchanged for SETTLE_S seconds with the nodes at most 2 apart (the metadata
+# group comes on top of the shard groups), for at most SETTLE_MAX_S seconds. The first elections
+# can hand one node most of the groups, and the leader balancer moves them one at a time; a
+# window taken during that measures the moves, not an idle cluster.
+#
 # Prints, per group count, the CPU of all three nodes together as a percentage of one core, and
 # how many groups each node leads quietly (idle groups stop heartbeating; see INFO cluster).
 set -euo pipefail
@@ -15,6 +21,8 @@ cd "$(dirname "$0")/.."
 GROUPS_LIST=${GROUPS_LIST:-"16 256"}
 WAIT_S=${WAIT_S:-10}
 WINDOW_S=${WINDOW_S:-20}
+SETTLE_S=${SETTLE_S:-5}
+SETTLE_MAX_S=${SETTLE_MAX_S:-180}
 BIN_GIVEN=${BIN:-}
 BIN=${BIN:-target/release/bucketd}
 command -v redis-cli >/dev/null || { echo "needs redis-cli (apt-get install redis-tools)" >&2; exit 2; }
@@ -38,6 +46,17 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 ))
 tick=$(getconf CLK_TCK)
+quiet_counts() {
+    local i q out=""
+    for i in 0 1 2; do
+        q=$(redis-cli -p "${ports[i]}" INFO cluster 2>/dev/null | tr -d '\r' |
+            awk -F: '$1 == "cluster_quiet_groups" { print $2 }')
+        out+="${out:+ / }${q:-?}"
+    done
+    echo "$out"
+}
+# settled: the quiet counts are known and at most 2 apart.
+even() { tr -d ' ' <<<"$1" | awk -F/ '$0 !~ /\?/ { m = $1; n = $1; for (i = 2; i <= NF; i++) { if ($i > m) m = $i; if ($i < n) n = $i }; exit !(m - n <= 2) } { exit 1 }'; }
 cpu_ticks() {
     local s=0 f
     for p in "${PIDS[@]}"; do
@@ -68,16 +87,21 @@ for groups in $GROUPS_LIST; do
     done
     ((up)) || { echo "the $groups-group cluster did not come up; see $WORK" >&2; exit 1; }
     sleep "$WAIT_S"
+    prev="" same=0 waited=0
+    while ((same < SETTLE_S && waited < SETTLE_MAX_S)); do
+        cur=$(quiet_counts)
+        if [[ $cur == "$prev" ]] && even "$cur"; then same=$((same + 1)); else same=0; fi
+        prev=$cur
+        sleep 1
+        waited=$((waited + 1))
+    done
+    ((same >= SETTLE_S)) || echo "warning: leaderships not settled after ${SETTLE_MAX_S}s: $prev" >&2
     a=$(cpu_ticks)
     sleep "$WINDOW_S"
     b=$(cpu_ticks)
-    quiet=""
-    for i in 0 1 2; do
-        q=$(redis-cli -p "${ports[i]}" INFO cluster | tr -d '\r' | awk -F: '$1 == "cluster_quiet_groups" { print $2 }')
-        quiet+="${quiet:+ / }${q:-?}"
-    done
+    quiet=$(quiet_counts)
     pct=$(awk -v d=$((b - a)) -v t="$tick" -v w="$WINDOW_S" 'BEGIN { printf "%.1f", d * 100 / t / w }')
-    echo "groups=$groups idle_cpu_all_nodes=${pct}% of one core (over ${WINDOW_S}s after ${WAIT_S}s; clock tick $((1000 / tick)) ms); quiet groups led per node: $quiet"
+    echo "groups=$groups idle_cpu_all_nodes=${pct}% of one core (over ${WINDOW_S}s, $((WAIT_S + waited))s after start-up; clock tick $((1000 / tick)) ms); quiet groups led per node: $quiet"
     for p in "${PIDS[@]}"; do kill "$p"; done
     wait 2>/dev/null || true
     PIDS=()
