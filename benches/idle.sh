@@ -50,7 +50,7 @@ quiet_counts() {
     local i q out=""
     for i in 0 1 2; do
         q=$(redis-cli -p "${ports[i]}" INFO cluster 2>/dev/null | tr -d '\r' |
-            awk -F: '$1 == "cluster_quiet_groups" { print $2 }')
+            awk -F: '$1 == "cluster_quiet_groups" { print $2 }') || q=""
         out+="${out:+ / }${q:-?}"
     done
     echo "$out"
