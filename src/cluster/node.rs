@@ -93,10 +93,6 @@ pub(crate) const DEFAULT_LOG_MEMORY: u64 = 256 << 20;
 /// asked for before it gives the step up (and asks again if still past its share).
 const TRIM_RETRY: Duration = Duration::from_secs(5);
 
-/// How often at most a group's Raft data metrics are taken in (see `open_replica`): those of a
-/// busy group change with every turn of its Raft, thousands of times a second.
-const METRICS_EVERY: Duration = Duration::from_millis(5);
-
 /// Why a batch sent to a group's leader did not come back with replies. Kept on this node:
 /// `ProposeError` travels inside peer replies, and a variant added there could not be decoded
 /// by a node of an older version during a rolling upgrade.
@@ -742,8 +738,7 @@ impl Cluster {
         if let Some(slot) = self.groups.get(g as usize) {
             slot.store(Some(Arc::new(raft.clone())));
         }
-        let mut server = raft.server_metrics();
-        let mut data = raft.data_metrics();
+        let mut metrics = raft.metrics();
         let weak = Arc::downgrade(self);
         let born = self.born;
         rt.spawn(async move {
@@ -751,28 +746,27 @@ impl Cluster {
             let mut trimming = Trimming::Idle;
             loop {
                 let Some(c) = weak.upgrade() else { return };
-                let (leader, voters) = {
-                    let m = server.borrow_watched();
-                    // The voters almost never change, so they are compared in place and
-                    // copied only when they differ.
-                    let ids = || m.membership_config.membership().voter_ids();
-                    let changed =
-                        ids().next().is_some() && !c.voters[i].load().iter().copied().eq(ids());
-                    (
-                        m.current_leader.unwrap_or(0),
-                        changed.then(|| ids().collect::<Vec<NodeId>>()),
-                    )
-                };
-                let (at, snapshot, purged) = {
-                    let m = data.borrow_watched();
-                    let at = match &m.last_quorum_acked {
-                        Some(t) if leader == me => {
+                let (leader, at, voters, snapshot, purged) = {
+                    let m = metrics.borrow_watched();
+                    let at = match (&m.current_leader, &m.last_quorum_acked) {
+                        (Some(l), Some(t)) if *l == me => {
                             let since = born.elapsed().saturating_sub(t.elapsed());
                             u64::try_from(since.as_millis()).unwrap_or(u64::MAX).max(1)
                         }
                         _ => 0,
                     };
-                    (at, m.snapshot.map(|l| l.index), m.purged.map(|l| l.index))
+                    // The metrics change with every append; the voters almost never do, so
+                    // they are compared in place and copied only when they differ.
+                    let ids = || m.membership_config.membership().voter_ids();
+                    let changed =
+                        ids().next().is_some() && !c.voters[i].load().iter().copied().eq(ids());
+                    (
+                        m.current_leader.unwrap_or(0),
+                        at,
+                        changed.then(|| ids().collect::<Vec<NodeId>>()),
+                        m.snapshot.map(|l| l.index),
+                        m.purged.map(|l| l.index),
+                    )
                 };
                 c.quorum_acked[i].store(at, Ordering::Relaxed);
                 let before = c.leaders[i].swap(leader, Ordering::Relaxed);
@@ -798,20 +792,7 @@ impl Cluster {
                     (Trim::Purge(upto), Some(r)) => drop(r.trigger().purge_log(upto).await),
                     _ => {}
                 }
-                // A change of leader or membership is taken in at once. The data change with
-                // every turn of the group's Raft (several per entry on every replica), and
-                // what is read of them (the last acknowledgement by a majority, the snapshot,
-                // the purged index) may lag a little: they are taken in at most once per
-                // METRICS_EVERY. A lagging acknowledgement only makes the lease look shorter.
-                let seen = tokio::time::Instant::now();
-                let stopped = tokio::select! {
-                    r = server.changed() => r.is_err(),
-                    r = data.changed() => {
-                        tokio::time::sleep_until(seen + METRICS_EVERY).await;
-                        r.is_err()
-                    }
-                };
-                if stopped {
+                if metrics.changed().await.is_err() {
                     if let Some(c) = weak.upgrade() {
                         c.leaders[i].store(0, Ordering::Relaxed);
                         c.quorum_acked[i].store(0, Ordering::Relaxed);
