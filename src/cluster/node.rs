@@ -131,6 +131,36 @@ enum Trimming {
     },
 }
 
+/// Who leads a group as far as this node's own replica of it can tell: Raft names the
+/// leader of the last vote the replica saw. A leader taken out of the group keeps its own
+/// vote (it hears no newer one), and so does any replica taken out; a leader that granted a
+/// successor's vote no longer leads either. In those cases the replica says nothing (0), and
+/// the pings of the group's leader say who it is.
+fn local_leader(
+    me: NodeId,
+    named: Option<NodeId>,
+    state: openraft::ServerState,
+    member: bool,
+) -> NodeId {
+    match named {
+        Some(l) if l == me && state == openraft::ServerState::Leader => me,
+        Some(l) if l != me && member => l,
+        _ => 0,
+    }
+}
+
+/// Whether a peer's claim to lead a group in `term` replaces what this node knows of the
+/// group's leader (`known`: node, term, when heard in ms): a newer term does, so does the
+/// known leader renewing its claim, and so does any claim once the known one has not been
+/// renewed for `fresh` ms (its leader stopped claiming the group, so it no longer serves it).
+fn takes_claim(known: (NodeId, u64, u64), from: NodeId, term: u64, now: u64, fresh: u64) -> bool {
+    let (node, known_term, at) = known;
+    node == 0
+        || term > known_term
+        || (term == known_term && node == from)
+        || now.saturating_sub(at) > fresh
+}
+
 /// One step of trimming a group's log, given the group's latest snapshot and purge and
 /// whether its entries weigh more than its share: ask for a snapshot, then for a purge of what
 /// it covers once it is there (openraft on its own keeps a thousand entries after each
@@ -748,8 +778,11 @@ impl Cluster {
                 let Some(c) = weak.upgrade() else { return };
                 let (leader, at, voters, snapshot, purged) = {
                     let m = metrics.borrow_watched();
-                    let at = match (&m.current_leader, &m.last_quorum_acked) {
-                        (Some(l), Some(t)) if *l == me => {
+                    let mem = m.membership_config.membership();
+                    let member = mem.voter_ids().chain(mem.learner_ids()).any(|id| id == me);
+                    let leader = local_leader(me, m.current_leader, m.state, member);
+                    let at = match (leader, &m.last_quorum_acked) {
+                        (l, Some(t)) if l == me => {
                             let since = born.elapsed().saturating_sub(t.elapsed());
                             u64::try_from(since.as_millis()).unwrap_or(u64::MAX).max(1)
                         }
@@ -761,7 +794,7 @@ impl Cluster {
                     let changed =
                         ids().next().is_some() && !c.voters[i].load().iter().copied().eq(ids());
                     (
-                        m.current_leader.unwrap_or(0),
+                        leader,
                         at,
                         changed.then(|| ids().collect::<Vec<NodeId>>()),
                         m.snapshot.map(|l| l.index),
@@ -969,12 +1002,17 @@ impl Cluster {
     }
 
     /// The groups this node leads and serves now, with their terms (for its pings).
+    /// The term is read with the state, from one look at the metrics: a leader that has just
+    /// granted a successor's vote already has the successor's term, and a claim in that term
+    /// would hide the successor's own from every node that holds no replica of the group.
     pub(crate) fn led_groups(&self) -> Vec<(GroupId, u64)> {
         (0..self.spec.groups)
             .filter(|&g| self.leads(g))
             .filter_map(|g| {
-                self.raft(g)
-                    .map(|r| (g, r.metrics().borrow_watched().current_term))
+                let r = self.raft(g)?;
+                let m = r.metrics();
+                let m = m.borrow_watched();
+                (m.state == openraft::ServerState::Leader).then_some((g, m.current_term))
             })
             .collect()
     }
@@ -982,10 +1020,11 @@ impl Cluster {
     /// A peer's ping said which groups it leads.
     pub(crate) fn note_leads(&self, from: NodeId, leads: &[(GroupId, u64)]) {
         let now = self.ms_since_born();
+        let fresh = u64::try_from(self.fail_after.as_millis()).unwrap_or(u64::MAX);
         let mut remote = crate::sync::lock(&self.remote_leaders);
         for &(g, term) in leads {
             if let Some(e) = remote.get_mut(g as usize)
-                && (term > e.1 || (term == e.1 && e.0 == from) || e.0 == 0)
+                && takes_claim(*e, from, term, now, fresh)
             {
                 *e = (from, term, now);
             }
@@ -1745,9 +1784,10 @@ async fn wait_for_fate<F: std::future::Future>(
 #[cfg(test)]
 mod tests {
     use super::{
-        FATE_POLL, FATE_WAIT, TRIM_RETRY, Trim, Trimming, WriteGate, refuse_per_group_logs,
-        trim_step, wait_for_fate,
+        FATE_POLL, FATE_WAIT, TRIM_RETRY, Trim, Trimming, WriteGate, local_leader,
+        refuse_per_group_logs, takes_claim, trim_step, wait_for_fate,
     };
+    use openraft::ServerState;
     use std::cell::Cell;
     use std::time::Duration;
 
@@ -1915,5 +1955,40 @@ mod tests {
         std::fs::create_dir_all(dir.join("raft-log")).unwrap();
         assert!(refuse_per_group_logs(&dir).is_ok());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_replica_names_itself_leader_only_while_raft_says_it_leads() {
+        // Leading: itself.
+        assert_eq!(local_leader(1, Some(1), ServerState::Leader, true), 1);
+        // Taken out of the group while it led: Raft still names it (its own vote), but it
+        // is a learner of nothing now.
+        assert_eq!(local_leader(1, Some(1), ServerState::Learner, false), 0);
+        // Granted a successor's vote, not yet heard from the successor.
+        assert_eq!(local_leader(1, Some(1), ServerState::Follower, true), 0);
+        // Following: the leader Raft names.
+        assert_eq!(local_leader(1, Some(2), ServerState::Follower, true), 2);
+        // A learner being filled hears from the leader.
+        assert_eq!(local_leader(4, Some(2), ServerState::Learner, true), 2);
+        // A replica taken out of the group hears no newer leader: it names none.
+        assert_eq!(local_leader(3, Some(2), ServerState::Learner, false), 0);
+        assert_eq!(local_leader(1, None, ServerState::Candidate, true), 0);
+    }
+
+    #[test]
+    fn a_leadership_claim_replaces_an_older_or_lapsed_one() {
+        let fresh = 1000;
+        // Nothing known yet.
+        assert!(takes_claim((0, 0, 0), 2, 3, 10, fresh));
+        // A newer term.
+        assert!(takes_claim((1, 5, 100), 2, 6, 200, fresh));
+        // The known leader renewing.
+        assert!(takes_claim((1, 5, 100), 1, 5, 200, fresh));
+        // An older term, or another node in the same term, while the known claim is fresh.
+        assert!(!takes_claim((1, 5, 100), 2, 4, 200, fresh));
+        assert!(!takes_claim((1, 5, 100), 2, 5, 200, fresh));
+        // The known claim lapsed: its node stopped claiming the group.
+        assert!(takes_claim((1, 5, 100), 2, 5, 100 + fresh + 1, fresh));
+        assert!(takes_claim((1, 5, 100), 2, 4, 100 + fresh + 1, fresh));
     }
 }
