@@ -132,10 +132,11 @@ enum Trimming {
 }
 
 /// Who leads a group as far as this node's own replica of it can tell: Raft names the
-/// leader of the last vote the replica saw. A leader taken out of the group keeps its own
-/// vote (it hears no newer one), and so does any replica taken out; a leader that granted a
-/// successor's vote no longer leads either. In those cases the replica says nothing (0), and
-/// the pings of the group's leader say who it is.
+/// leader of the last vote the replica saw. A replica taken out of the group keeps that vote
+/// (it hears no newer one), its own too if it led: then the replica says nothing (0), and the
+/// pings of the group's leader say who it is. A member naming itself leads, or is a candidate
+/// about to: it serves only with a lease, and until then requests wait for the election
+/// rather than follow an older leader's claim (which would send them back here).
 fn local_leader(
     me: NodeId,
     named: Option<NodeId>,
@@ -143,7 +144,7 @@ fn local_leader(
     member: bool,
 ) -> NodeId {
     match named {
-        Some(l) if l == me && state == openraft::ServerState::Leader => me,
+        Some(l) if l == me && (member || state == openraft::ServerState::Leader) => me,
         Some(l) if l != me && member => l,
         _ => 0,
     }
@@ -1964,8 +1965,8 @@ mod tests {
         // Taken out of the group while it led: Raft still names it (its own vote), but it
         // is a learner of nothing now.
         assert_eq!(local_leader(1, Some(1), ServerState::Learner, false), 0);
-        // Granted a successor's vote, not yet heard from the successor.
-        assert_eq!(local_leader(1, Some(1), ServerState::Follower, true), 0);
+        // A candidate for its own election: itself (it serves once it leads, with a lease).
+        assert_eq!(local_leader(1, Some(1), ServerState::Candidate, true), 1);
         // Following: the leader Raft names.
         assert_eq!(local_leader(1, Some(2), ServerState::Follower, true), 2);
         // A learner being filled hears from the leader.
