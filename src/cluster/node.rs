@@ -780,7 +780,8 @@ impl Cluster {
                 let (leader, at, voters, snapshot, purged) = {
                     let m = metrics.borrow_watched();
                     let mem = m.membership_config.membership();
-                    let member = mem.voter_ids().chain(mem.learner_ids()).any(|id| id == me);
+                    // Voters and learners alike have a node entry.
+                    let member = mem.get_node(&me).is_some();
                     let leader = local_leader(me, m.current_leader, m.state, member);
                     let at = match (leader, &m.last_quorum_acked) {
                         (l, Some(t)) if l == me => {
@@ -790,14 +791,21 @@ impl Cluster {
                         _ => 0,
                     };
                     // The metrics change with every append; the voters almost never do, so
-                    // they are compared in place and copied only when they differ.
-                    let ids = || m.membership_config.membership().voter_ids();
-                    let changed =
-                        ids().next().is_some() && !c.voters[i].load().iter().copied().eq(ids());
+                    // they are compared in place and copied only when they differ. openraft
+                    // gathers them into a new set on every `voter_ids`: that is left to a
+                    // joint configuration, which lasts only while a replica moves.
+                    let stored = c.voters[i].load();
+                    let changed = match mem.get_joint_config().as_slice() {
+                        [one] => !one.is_empty() && !stored.iter().eq(one.iter()),
+                        _ => {
+                            mem.voter_ids().next().is_some()
+                                && !stored.iter().copied().eq(mem.voter_ids())
+                        }
+                    };
                     (
                         leader,
                         at,
-                        changed.then(|| ids().collect::<Vec<NodeId>>()),
+                        changed.then(|| mem.voter_ids().collect::<Vec<NodeId>>()),
                         m.snapshot.map(|l| l.index),
                         m.purged.map(|l| l.index),
                     )
@@ -992,8 +1000,13 @@ impl Cluster {
             .get(g as usize)
             .copied()
             .unwrap_or_default();
-        let fresh = u64::try_from(self.fail_after.as_millis()).unwrap_or(u64::MAX);
-        (node != 0 && self.ms_since_born().saturating_sub(at) <= fresh).then_some(node)
+        (node != 0 && self.ms_since_born().saturating_sub(at) <= self.fail_after_ms())
+            .then_some(node)
+    }
+
+    /// How long a peer's claim to lead a group stands without being renewed, in ms.
+    fn fail_after_ms(&self) -> u64 {
+        u64::try_from(self.fail_after.as_millis()).unwrap_or(u64::MAX)
     }
 
     fn ms_since_born(&self) -> u64 {
@@ -1020,8 +1033,7 @@ impl Cluster {
 
     /// A peer's ping said which groups it leads.
     pub(crate) fn note_leads(&self, from: NodeId, leads: &[(GroupId, u64)]) {
-        let now = self.ms_since_born();
-        let fresh = u64::try_from(self.fail_after.as_millis()).unwrap_or(u64::MAX);
+        let (now, fresh) = (self.ms_since_born(), self.fail_after_ms());
         let mut remote = crate::sync::lock(&self.remote_leaders);
         for &(g, term) in leads {
             if let Some(e) = remote.get_mut(g as usize)
@@ -1959,9 +1971,11 @@ mod tests {
     }
 
     #[test]
-    fn a_replica_names_itself_leader_only_while_raft_says_it_leads() {
+    fn a_replica_taken_out_of_its_group_names_no_leader() {
         // Leading: itself.
         assert_eq!(local_leader(1, Some(1), ServerState::Leader, true), 1);
+        // Leading the change that takes it out, until that commits: itself.
+        assert_eq!(local_leader(1, Some(1), ServerState::Leader, false), 1);
         // Taken out of the group while it led: Raft still names it (its own vote), but it
         // is a learner of nothing now.
         assert_eq!(local_leader(1, Some(1), ServerState::Learner, false), 0);
