@@ -18,8 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 async fn tls_node(c: &Certs, auth: AuthClients) -> (TestNode, u16) {
-    let port = free_port();
-    let node = TestNode::start_with(|s| {
+    TestNode::start_on_free_port(|s, port| {
         s.tls_port = port;
         s.tls = TlsFiles {
             cert: Some(c.server_cert.clone()),
@@ -28,8 +27,7 @@ async fn tls_node(c: &Certs, auth: AuthClients) -> (TestNode, u16) {
             auth_clients: auth,
         };
     })
-    .await;
-    (node, port)
+    .await
 }
 
 /// `redis-cli --tls` with the CA and, if given, a certificate and key; its output, or `None`

@@ -98,15 +98,40 @@ impl TestNode {
 
     /// A node with the test settings changed by `f`.
     pub async fn start_with(f: impl FnOnce(&mut Settings)) -> TestNode {
+        TestNode::try_start_with(f).await.expect("node starts")
+    }
+
+    /// A node with the test settings changed by `f`, or why it did not start.
+    pub async fn try_start_with(
+        f: impl FnOnce(&mut Settings),
+    ) -> Result<TestNode, bucketd::error::StartError> {
         let mut s = test_settings();
         f(&mut s);
         let clock = ManualClock::new(START_NS);
-        let handle = server::start(s, clock.clone()).await.expect("node starts");
-        TestNode {
+        let handle = server::start(s, clock.clone()).await?;
+        Ok(TestNode {
             addr: handle.addr,
             clock,
             handle: Some(handle),
+        })
+    }
+
+    /// A node that listens on a fixed port as well as its client port: `f` puts the port it is
+    /// given in the settings. `free_port` only saw the port free a moment before; when another
+    /// process takes it in between, the node starts again on another one.
+    pub async fn start_on_free_port(f: impl Fn(&mut Settings, u16)) -> (TestNode, u16) {
+        const TRIES: usize = 5;
+        for _ in 1..TRIES {
+            let port = free_port();
+            match TestNode::try_start_with(|s| f(s, port)).await {
+                Ok(node) => return (node, port),
+                Err(bucketd::error::StartError::Listen { error, .. })
+                    if error.kind() == std::io::ErrorKind::AddrInUse => {}
+                Err(e) => panic!("node starts: {e:?}"),
+            }
         }
+        let port = free_port();
+        (TestNode::start_with(|s| f(s, port)).await, port)
     }
 
     pub fn port(&self) -> u16 {

@@ -28,56 +28,39 @@ impl RealRedis {
             "redis-server is not installed (apt-get install redis-server)"
         );
         let dir = super::temp_dir("real-redis");
-        // A clash all the same makes the start fail loudly below instead of testing the
-        // wrong server.
-        let port = super::free_port();
-        let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--dir",
-        ])
-        .arg(&dir)
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        let child = cmd.spawn().expect("redis-server starts");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(Ok(mut s)) = tokio::time::timeout(
-                Duration::from_millis(200),
-                tokio::net::TcpStream::connect(addr),
-            )
-            .await
-            {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                if s.write_all(b"PING\r\n").await.is_ok() {
-                    // PONG, or NOAUTH when started with a password: either way it serves.
-                    let mut b = [0u8; 5];
-                    if let Ok(Ok(_)) =
-                        tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut b)).await
-                        && (&b == b"+PONG" || &b == b"-NOAU")
-                    {
-                        break;
-                    }
-                }
+        // `free_port` only saw the port free a moment before: a server that exits at once has
+        // most likely lost it to another process, and starts again on another port.
+        const TRIES: usize = 5;
+        for _ in 0..TRIES {
+            let port = super::free_port();
+            let mut child = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--daemonize",
+                    "no",
+                    "--dir",
+                ])
+                .arg(&dir)
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+            if answers(addr, &mut child).await {
+                return RealRedis { addr, child, dir };
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer on {addr} within 10s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        RealRedis { addr, child, dir }
+        panic!("redis-server exited at start on {TRIES} free ports in a row (arguments {extra:?})");
     }
 
     /// A raw connection to the real Redis.
@@ -90,6 +73,40 @@ impl RealRedis {
         let mut r = self.raw().await;
         let info = r.cmd(&["INFO", "server"]).await.as_text();
         super::info_field(&info, "redis_version").unwrap_or_default()
+    }
+}
+
+/// Waits up to 10 s for `child` to answer PING on `addr`: `false` when it exits first (its
+/// port was taken), and a panic when it neither answers nor exits.
+async fn answers(addr: SocketAddr, child: &mut Child) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return false;
+        }
+        if let Ok(Ok(mut s)) = tokio::time::timeout(
+            Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        )
+        .await
+            && s.write_all(b"PING\r\n").await.is_ok()
+        {
+            // PONG, or NOAUTH when started with a password: either way it serves.
+            let mut b = [0u8; 5];
+            if let Ok(Ok(_)) =
+                tokio::time::timeout(Duration::from_secs(1), s.read_exact(&mut b)).await
+                && (&b == b"+PONG" || &b == b"-NOAU")
+                && matches!(child.try_wait(), Ok(None))
+            {
+                return true;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not answer on {addr} within 10s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
