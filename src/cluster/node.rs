@@ -1047,9 +1047,18 @@ impl Cluster {
     /// Whether this node leads `g` and may serve it: a majority acknowledged it within the
     /// lease (a heartbeat, or for a quiet group a ping, see `quiet`). A leader cut off from
     /// its majority stops serving (and claiming the group) once the lease runs out, which is
-    /// before the others can have elected a new leader.
+    /// before the others can have elected a new leader. The only voter of a group is its own
+    /// majority: no other node can be elected while it is.
     pub fn leads(&self, g: GroupId) -> bool {
-        self.leader(g) == Some(self.me) && (self.heartbeat_lease(g) || self.quiet.lease_holds(g))
+        self.leader(g) == Some(self.me)
+            && (self.heartbeat_lease(g) || self.quiet.lease_holds(g) || self.sole_voter(g))
+    }
+
+    /// Whether this node is the one voter of its replica of `g`.
+    fn sole_voter(&self, g: GroupId) -> bool {
+        self.voters
+            .get(g as usize)
+            .is_some_and(|v| v.load().as_slice() == [self.me])
     }
 
     /// Whether a majority acknowledged this node's heartbeats (or appends) for `g` within the

@@ -129,6 +129,10 @@ pub struct Opts {
     pub rls_config: Option<PathBuf>,
     /// What the Raft log may hold in memory per node (`None`: the default).
     pub log_memory: Option<u64>,
+    /// Replicas per group (`None`: three, or fewer with fewer nodes).
+    pub replicas: Option<usize>,
+    /// The election timeout's range in milliseconds (`None`: the default).
+    pub election_timeout_ms: Option<(u64, u64)>,
 }
 
 impl Default for Opts {
@@ -142,6 +146,8 @@ impl Default for Opts {
             quiet_after: None,
             rls_config: None,
             log_memory: None,
+            replicas: None,
+            election_timeout_ms: None,
         }
     }
 }
@@ -179,7 +185,10 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts every node and waits until every group has a leader all nodes agree on.
     pub async fn start(tag: &str, opts: Opts) -> TestCluster {
-        let spec = local_spec(opts.nodes, opts.groups);
+        let mut spec = local_spec(opts.nodes, opts.groups);
+        if let Some(r) = opts.replicas {
+            spec.replicas = r;
+        }
         let mut c = TestCluster {
             clocks: (0..opts.nodes)
                 .map(|_| ManualClock::new(START_NS))
@@ -261,6 +270,9 @@ impl TestCluster {
         if let Some(b) = self.opts.log_memory {
             cs.log_memory = b;
         }
+        if let Some(t) = self.opts.election_timeout_ms {
+            cs.election_timeout_ms = t;
+        }
         cs
     }
 
@@ -326,6 +338,9 @@ impl TestCluster {
         }
         if let Some(t) = self.opts.quiet_after {
             cs.quiet_after = Some(t);
+        }
+        if let Some(t) = self.opts.election_timeout_ms {
+            cs.election_timeout_ms = t;
         }
         let clock = ManualClock::new(START_NS);
         if let Some(c) = self.clocks.first() {

@@ -187,6 +187,51 @@ async fn a_node_joins_and_takes_its_share_then_is_removed() {
     .await;
 }
 
+/// A cluster started on one node serves at once (each group's one replica is its own
+/// majority), and grows: a second node joins and takes half of the groups (the cluster keeps
+/// the one replica per group it was started with).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_node_cluster_serves_and_grows() {
+    bounded(async {
+        let mut c = TestCluster::start(
+            "one",
+            Opts {
+                nodes: 1,
+                groups: 4,
+                ..Opts::patient()
+            },
+        )
+        .await;
+        let mut router = Router::new(c.addrs());
+        let keys: Vec<String> = (0..c.spec.groups)
+            .map(|g| key_in_group(&c.spec, "one", g))
+            .collect();
+        for k in &keys {
+            consume(&mut router, k, 3).await;
+        }
+        let two = c.join_node(1).await;
+        for addr in [c.addr(1), c.addr(two)] {
+            wait_for("half of the groups on each node", SETTLE, || async {
+                let s = status(&addr).await;
+                let mut ids: Vec<NodeId> = s.members.iter().map(|m| m.id).collect();
+                ids.sort_unstable();
+                let even = s
+                    .members
+                    .iter()
+                    .all(|m| m.state == "up" && m.replicas == 2 && m.leaders == 2);
+                (ids == [1, two] && s.moves == 0 && even).then_some(())
+            })
+            .await;
+        }
+        let mut router = Router::new(c.addrs());
+        for k in &keys {
+            assert_eq!(remaining(&mut router, k).await, 97, "{k}");
+        }
+        c.stop_all().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_node_is_replaced_from_the_survivors() {
     bounded(async {
