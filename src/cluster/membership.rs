@@ -355,15 +355,18 @@ async fn move_one(
         .copied()
         .filter(|n| !desired.contains(n))
         .collect();
-    if outgoing.contains(&c.me) {
-        // Hand the leadership to a replica that stays; it goes on with the move.
-        if let Some(&to) = voters
+    // The leader never takes itself out: that would leave the group without a leader for an
+    // election timeout and an election, longer than a client waits for one. It hands the
+    // leadership to a replica that stays, which goes on with the move. With none in reach (or
+    // none at all, in a group of one replica) it takes the step without leaving: the incoming
+    // replica becomes a voter beside it, and takes the leadership at the next look.
+    if outgoing.contains(&c.me)
+        && let Some(&to) = voters
             .iter()
             .find(|&&v| v != c.me && desired.contains(&v) && c.is_up(v))
-        {
-            c.transfer_leader(g, to).await.map_err(|e| e.to_string())?;
-            return Ok(());
-        }
+    {
+        c.transfer_leader(g, to).await.map_err(|e| e.to_string())?;
+        return Ok(());
     }
     c.quiet().on_write(c, g, &raft).await;
     let mut next: BTreeSet<NodeId> = voters.iter().copied().collect();
@@ -378,8 +381,7 @@ async fn move_one(
         .map_err(|e| e.to_string())?;
         next.insert(n);
     }
-    // The leader leaves last, once another has taken over.
-    if let Some(&out) = outgoing.iter().find(|&&o| o != c.me).or(outgoing.first()) {
+    if let Some(&out) = outgoing.iter().find(|&&o| o != c.me) {
         next.remove(&out);
     }
     if next.iter().copied().collect::<Vec<_>>() == voters {

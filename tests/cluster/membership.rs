@@ -232,6 +232,95 @@ async fn a_one_node_cluster_serves_and_grows() {
     .await;
 }
 
+/// A group's leader never takes itself out of the group: it hands the leadership over first,
+/// so a client sees a `-MOVED` and no pause as long as an election. With one replica per group
+/// there is no replica that stays, so the leader first makes the incoming replica a voter
+/// beside itself. Elections here take 3-4 s, far longer than a request waits for a leader, so
+/// a group left leaderless during its move would answer `-CLUSTERDOWN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_hands_its_group_over_before_it_leaves_it() {
+    bounded(async {
+        let mut c = TestCluster::start(
+            "handover",
+            Opts {
+                nodes: 2,
+                groups: 4,
+                replicas: Some(1),
+                election_timeout_ms: Some((3_000, 4_000)),
+                ..Opts::patient()
+            },
+        )
+        .await;
+        let mut router = Router::new(c.addrs());
+        let keys: Vec<String> = (0..c.spec.groups)
+            .map(|g| key_in_group(&c.spec, "handover", g))
+            .collect();
+        for k in &keys {
+            consume(&mut router, k, 3).await;
+        }
+        // One write at a time to every group while the third node joins and takes its share.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let probe = {
+            let (stop, keys, addrs) = (stop.clone(), keys.clone(), c.addrs());
+            tokio::spawn(async move {
+                let mut router = Router::new(addrs);
+                let (mut writes, mut moved, mut refused) = (0usize, 0usize, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for k in &keys {
+                        let probe = format!("{k}:probe");
+                        match router
+                            .try_call(&["CL.THROTTLE", &probe, "999999", "1", "3600", "1"], SERVE)
+                            .await
+                        {
+                            Ok((_, route)) => {
+                                writes += 1;
+                                moved += route.moved;
+                                if route.retries > 0 {
+                                    refused.push(format!("{probe}: {route:?}"));
+                                }
+                            }
+                            Err(e) => refused.push(format!("{probe}: {e}")),
+                        }
+                    }
+                }
+                (writes, moved, refused)
+            })
+        };
+        let three = c.join_node(1).await;
+        wait_for("the third node to hold and lead groups", SETTLE, || async {
+            let s = status(&c.addr(1)).await;
+            let on_three = s.members.iter().find(|m| m.id == three)?;
+            (s.nodes == 3 && s.moves == 0 && on_three.replicas > 0 && on_three.leaders > 0)
+                .then_some(())
+        })
+        .await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (writes, moved, refused) = probe.await.expect("probe");
+        assert!(
+            refused.is_empty(),
+            "{} of {writes} writes were refused or retried: {refused:?}",
+            refused.len()
+        );
+        assert!(
+            moved > 0,
+            "no group moved under the probe ({writes} writes)"
+        );
+        // The counts moved with the groups, and every group has one replica.
+        let s = status(&c.addr(1)).await;
+        assert_eq!(
+            s.members.iter().map(|m| m.replicas).sum::<i64>(),
+            4,
+            "{s:?}"
+        );
+        let mut router = Router::new(c.addrs());
+        for k in &keys {
+            assert_eq!(remaining(&mut router, k).await, 97, "{k}");
+        }
+        c.stop_all().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_node_is_replaced_from_the_survivors() {
     bounded(async {
