@@ -70,7 +70,8 @@ pub struct Flags {
     /// This node's id in `--cluster-nodes`.
     #[arg(long)]
     pub node_id: Option<u64>,
-    /// Replicas per shard group (default 3, or fewer if the cluster is smaller).
+    /// Replicas per shard group (default 3); a group has as many as there are members, up to
+    /// this, and gains replicas as nodes join. Fixed when the cluster is created.
     #[arg(long)]
     pub replicas: Option<usize>,
     /// Number of shard groups the 16384 slots are split into; fixed when the cluster is created.
@@ -593,7 +594,7 @@ impl ClusterRaw {
         };
         let nodes = ClusterSpec::parse_nodes(&nodes).map_err(StartError::Spec)?;
         let node_id = self.node_id.ok_or(StartError::NoNodeId)?;
-        let replicas = self.replicas.unwrap_or(3.min(nodes.len()));
+        let replicas = self.replicas.unwrap_or(3);
         let spec = ClusterSpec {
             nodes,
             replicas,

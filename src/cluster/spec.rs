@@ -36,7 +36,8 @@ pub fn redis_id(id: NodeId) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSpec {
     pub nodes: Vec<NodeSpec>,
-    /// Replicas per group (Raft voters).
+    /// Replicas per group (Raft voters); a group has this many, or one per node when the
+    /// cluster has fewer nodes.
     pub replicas: usize,
     /// Number of groups the 16384 slots are split into; fixed for the cluster's life.
     pub groups: u32,
@@ -98,11 +99,8 @@ impl ClusterSpec {
         if ids.contains(&0) {
             return Err("node id 0 is reserved".into());
         }
-        if self.replicas == 0 || self.replicas > self.nodes.len() {
-            return Err(format!(
-                "replicas must be between 1 and the number of nodes ({})",
-                self.nodes.len()
-            ));
+        if self.replicas == 0 {
+            return Err("replicas must be at least 1".into());
         }
         if self.groups == 0 || self.groups > u32::from(SLOTS) {
             return Err("groups must be between 1 and 16384".into());

@@ -188,8 +188,7 @@ async fn a_node_joins_and_takes_its_share_then_is_removed() {
 }
 
 /// A cluster started on one node serves at once (each group's one replica is its own
-/// majority), and grows: a second node joins and takes half of the groups (the cluster keeps
-/// the one replica per group it was started with).
+/// majority), and grows: a second node joins and every group gains a replica on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_node_cluster_serves_and_grows() {
     bounded(async {
@@ -211,16 +210,20 @@ async fn a_one_node_cluster_serves_and_grows() {
         }
         let two = c.join_node(1).await;
         for addr in [c.addr(1), c.addr(two)] {
-            wait_for("half of the groups on each node", SETTLE, || async {
-                let s = status(&addr).await;
-                let mut ids: Vec<NodeId> = s.members.iter().map(|m| m.id).collect();
-                ids.sort_unstable();
-                let even = s
-                    .members
-                    .iter()
-                    .all(|m| m.state == "up" && m.replicas == 2 && m.leaders == 2);
-                (ids == [1, two] && s.moves == 0 && even).then_some(())
-            })
+            wait_for(
+                "every group on both nodes, half led by each",
+                SETTLE,
+                || async {
+                    let s = status(&addr).await;
+                    let mut ids: Vec<NodeId> = s.members.iter().map(|m| m.id).collect();
+                    ids.sort_unstable();
+                    let even = s
+                        .members
+                        .iter()
+                        .all(|m| m.state == "up" && m.replicas == 4 && m.leaders == 2);
+                    (ids == [1, two] && s.moves == 0 && even).then_some(())
+                },
+            )
             .await;
         }
         let mut router = Router::new(c.addrs());
