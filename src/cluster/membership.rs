@@ -355,11 +355,7 @@ async fn move_one(
         .copied()
         .filter(|n| !desired.contains(n))
         .collect();
-    // The leader never takes itself out: that would leave the group without a leader for an
-    // election timeout and an election, longer than a client waits for one. It hands the
-    // leadership to a replica that stays, which goes on with the move. With none in reach (or
-    // none at all, in a group of one replica) it takes the step without leaving: the incoming
-    // replica becomes a voter beside it, and takes the leadership at the next look.
+    // Hand the leadership to a replica that stays; it goes on with the move.
     if outgoing.contains(&c.me)
         && let Some(&to) = voters
             .iter()
@@ -381,7 +377,17 @@ async fn move_one(
         .map_err(|e| e.to_string())?;
         next.insert(n);
     }
-    if let Some(&out) = outgoing.iter().find(|&&o| o != c.me) {
+    // The leader leaves last. With replicas that stay but none in reach it takes itself out,
+    // and they elect a leader among themselves: a leader that cannot hear them is better gone
+    // than kept. A group with no replica that stays (a group of one) first gains the incoming
+    // replica as a voter beside its leader, which hands over to it at the next look: taking
+    // the only voter out would leave the group leaderless until an election timeout.
+    let others_stay = voters.iter().any(|&v| v != c.me && desired.contains(&v));
+    if let Some(&out) = outgoing
+        .iter()
+        .find(|&&o| o != c.me)
+        .or(outgoing.first().filter(|_| others_stay))
+    {
         next.remove(&out);
     }
     if next.iter().copied().collect::<Vec<_>>() == voters {

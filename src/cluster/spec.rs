@@ -33,6 +33,10 @@ pub fn redis_id(id: NodeId) -> String {
     format!("{id:040x}")
 }
 
+/// The most replicas a group may be given: far more than any group needs (every write waits
+/// for a majority of them), and small enough for every count the metadata keeps.
+pub const MAX_REPLICAS: usize = 100;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSpec {
     pub nodes: Vec<NodeSpec>,
@@ -99,8 +103,8 @@ impl ClusterSpec {
         if ids.contains(&0) {
             return Err("node id 0 is reserved".into());
         }
-        if self.replicas == 0 {
-            return Err("replicas must be at least 1".into());
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(format!("replicas must be between 1 and {MAX_REPLICAS}"));
         }
         if self.groups == 0 || self.groups > u32::from(SLOTS) {
             return Err("groups must be between 1 and 16384".into());
@@ -185,6 +189,16 @@ mod tests {
             replicas,
             groups,
         }
+    }
+
+    #[test]
+    fn replicas_are_a_target_that_may_exceed_the_founders() {
+        assert!(spec(1, 3, 16).validate().is_ok());
+        assert_eq!(spec(1, 3, 16).placement(0), vec![1]);
+        assert_eq!(spec(2, 3, 16).placement(0).len(), 2);
+        assert!(spec(3, 0, 16).validate().is_err());
+        assert!(spec(3, MAX_REPLICAS, 16).validate().is_ok());
+        assert!(spec(3, MAX_REPLICAS + 1, 16).validate().is_err());
     }
 
     #[test]

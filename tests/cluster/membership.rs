@@ -235,13 +235,13 @@ async fn a_one_node_cluster_serves_and_grows() {
     .await;
 }
 
-/// A group's leader never takes itself out of the group: it hands the leadership over first,
-/// so a client sees a `-MOVED` and no pause as long as an election. With one replica per group
-/// there is no replica that stays, so the leader first makes the incoming replica a voter
-/// beside itself. Elections here take 3-4 s, far longer than a request waits for a leader, so
-/// a group left leaderless during its move would answer `-CLUSTERDOWN`.
+/// A group of one replica that moves to another node is handed over, not left to an election:
+/// with no replica that stays, its leader first makes the incoming replica a voter beside
+/// itself, then transfers the leadership to it, so a client sees a `-MOVED` and no pause as
+/// long as an election. Elections here take 3-4 s, far longer than a request waits for a
+/// leader, so a group left leaderless during its move would answer `-CLUSTERDOWN`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_hands_its_group_over_before_it_leaves_it() {
+async fn a_group_of_one_replica_is_handed_over_when_it_moves() {
     bounded(async {
         let mut c = TestCluster::start(
             "handover",
