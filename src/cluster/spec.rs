@@ -35,7 +35,7 @@ pub fn redis_id(id: NodeId) -> String {
 
 /// The most replicas a group may be given: far more than any group needs (every write waits
 /// for a majority of them), and small enough for every count the metadata keeps.
-pub const MAX_REPLICAS: usize = 100;
+pub(crate) const MAX_REPLICAS: usize = 100;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterSpec {
