@@ -109,17 +109,25 @@ async fn remaining(router: &mut Router, key: &str) -> i64 {
     r.limit()[2]
 }
 
+/// Starts a cluster and takes 3 from one key per group, named `prefix:N`: the counts a test
+/// then follows through its membership changes (97 left each).
+async fn start_counted(tag: &str, opts: Opts, prefix: &str) -> (TestCluster, Vec<String>) {
+    let c = TestCluster::start(tag, opts).await;
+    let mut router = Router::new(c.addrs());
+    let keys: Vec<String> = (0..c.spec.groups)
+        .map(|g| key_in_group(&c.spec, prefix, g))
+        .collect();
+    for k in &keys {
+        consume(&mut router, k, 3).await;
+    }
+    (c, keys)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joins_and_takes_its_share_then_is_removed() {
     bounded(async {
-        let mut c = TestCluster::start("join", Opts::patient()).await;
+        let (mut c, keys) = start_counted("join", Opts::patient(), "joined").await;
         let mut router = Router::new(c.addrs());
-        let keys: Vec<String> = (0..c.spec.groups)
-            .map(|g| key_in_group(&c.spec, "joined", g))
-            .collect();
-        for k in &keys {
-            consume(&mut router, k, 3).await;
-        }
         let first = status(&c.addr(1)).await;
         assert_eq!(first.nodes, 3);
         let four = c.join_node(2).await;
@@ -192,22 +200,12 @@ async fn a_node_joins_and_takes_its_share_then_is_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_node_cluster_serves_and_grows() {
     bounded(async {
-        let mut c = TestCluster::start(
-            "one",
-            Opts {
-                nodes: 1,
-                groups: 4,
-                ..Opts::patient()
-            },
-        )
-        .await;
-        let mut router = Router::new(c.addrs());
-        let keys: Vec<String> = (0..c.spec.groups)
-            .map(|g| key_in_group(&c.spec, "one", g))
-            .collect();
-        for k in &keys {
-            consume(&mut router, k, 3).await;
-        }
+        let opts = Opts {
+            nodes: 1,
+            groups: 4,
+            ..Opts::patient()
+        };
+        let (mut c, keys) = start_counted("one", opts, "one").await;
         let two = c.join_node(1).await;
         for addr in [c.addr(1), c.addr(two)] {
             wait_for(
@@ -243,24 +241,14 @@ async fn a_one_node_cluster_serves_and_grows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_of_one_replica_is_handed_over_when_it_moves() {
     bounded(async {
-        let mut c = TestCluster::start(
-            "handover",
-            Opts {
-                nodes: 2,
-                groups: 4,
-                replicas: Some(1),
-                election_timeout_ms: Some((3_000, 4_000)),
-                ..Opts::patient()
-            },
-        )
-        .await;
-        let mut router = Router::new(c.addrs());
-        let keys: Vec<String> = (0..c.spec.groups)
-            .map(|g| key_in_group(&c.spec, "handover", g))
-            .collect();
-        for k in &keys {
-            consume(&mut router, k, 3).await;
-        }
+        let opts = Opts {
+            nodes: 2,
+            groups: 4,
+            replicas: Some(1),
+            election_timeout_ms: Some((3_000, 4_000)),
+            ..Opts::patient()
+        };
+        let (mut c, keys) = start_counted("handover", opts, "handover").await;
         // One write at a time to every group while the third node joins and takes its share.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let probe = {
