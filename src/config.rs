@@ -558,7 +558,21 @@ impl ClusterRaw {
                 return Err(StartError::NodeIdWithoutNodes);
             }
             let Some(join) = self.join else {
-                return Ok(None);
+                // A node that joined a cluster restarts from its data folder's `cluster.conf`
+                // (its id and the members), with or without `--join`.
+                let Some(dir) = self
+                    .data_dir
+                    .filter(|d| d.join(crate::cluster::membership::CLUSTER_FILE).exists())
+                else {
+                    return Ok(None);
+                };
+                let (id, spec) = crate::cluster::membership::read_cluster_file(&dir)
+                    .map_err(StartError::Spec)?
+                    .ok_or_else(|| StartError::Spec(format!("{} vanished", dir.display())))?;
+                let mut c = crate::cluster::node::ClusterSettings::new(id, spec, dir);
+                c.joined = true;
+                common.apply(&mut c);
+                return Ok(Some(c));
             };
             // The id and the members come from the cluster when the node starts.
             if port == 0 {
@@ -958,6 +972,36 @@ mod tests {
         .unwrap();
         flags.quiet_after_ms = None;
         assert_eq!(quiet(&flags), Some(std::time::Duration::from_secs(2)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_data_folder_with_a_cluster_file_restarts_its_node_in_the_cluster() {
+        let dir = std::env::temp_dir().join(format!("bucketd-cfg-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let flags = Flags {
+            port: Some(7004),
+            data_dir: Some(dir.clone()),
+            ..Flags::default()
+        };
+        // Without the file, a data folder is a standalone node's.
+        assert!(Settings::resolve(&flags).unwrap().cluster.is_none());
+        std::fs::write(
+            dir.join(crate::cluster::membership::CLUSTER_FILE),
+            "node-id = 4\ngroups = 8\nreplicas = 3\n\
+             cluster-nodes = \"3:127.0.0.1:7003:17003,4:127.0.0.1:7004:17004\"\n",
+        )
+        .unwrap();
+        let c = Settings::resolve(&flags).unwrap().cluster.unwrap();
+        assert_eq!((c.node_id, c.spec.groups, c.spec.replicas), (4, 8, 3));
+        assert_eq!(c.spec.nodes.len(), 2);
+        assert!(c.joined && c.join.is_none());
+        std::fs::write(
+            dir.join(crate::cluster::membership::CLUSTER_FILE),
+            "node-id = x\n",
+        )
+        .unwrap();
+        assert!(Settings::resolve(&flags).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
