@@ -560,15 +560,14 @@ impl ClusterRaw {
             let Some(join) = self.join else {
                 // A node that joined a cluster restarts from its data folder's `cluster.conf`
                 // (its id and the members), with or without `--join`.
-                let Some(dir) = self
-                    .data_dir
-                    .filter(|d| d.join(crate::cluster::membership::CLUSTER_FILE).exists())
+                let Some(dir) = self.data_dir else {
+                    return Ok(None);
+                };
+                let Some((id, spec)) = crate::cluster::membership::read_cluster_file(&dir)
+                    .map_err(StartError::Spec)?
                 else {
                     return Ok(None);
                 };
-                let (id, spec) = crate::cluster::membership::read_cluster_file(&dir)
-                    .map_err(StartError::Spec)?
-                    .ok_or_else(|| StartError::Spec(format!("{} vanished", dir.display())))?;
                 let mut c = crate::cluster::node::ClusterSettings::new(id, spec, dir);
                 c.joined = true;
                 common.apply(&mut c);
