@@ -12,8 +12,8 @@
 //! one key per group, one write at a time, prints how long writes wait while replicas and
 //! leaderships move, against steady state.
 //!
-//! `SCALING_KEEP_LOGS=1` keeps the nodes' logs in /tmp/scaling-logs (a failed run always
-//! does); `SCALING_LOG` sets their log filter (default `warn`).
+//! `SCALING_KEEP_LOGS=1` keeps the nodes' logs in /tmp/scaling-logs, or in `SCALING_LOGS_TO`
+//! (a failed run always does); `SCALING_LOG` sets their log filter (default `warn`).
 
 use crate::harness::*;
 use bucketd::internals::cluster::spec::ClusterSpec;
@@ -95,7 +95,7 @@ struct Proc {
 }
 
 /// Every process of the scenario; each is killed (SIGKILL) when dropped. A failed scenario (or
-/// `SCALING_KEEP_LOGS=1`) leaves the nodes' logs in /tmp/scaling-logs.
+/// `SCALING_KEEP_LOGS=1`) leaves the nodes' logs in /tmp/scaling-logs or `SCALING_LOGS_TO`.
 struct Procs {
     spec_arg: String,
     dir: TempDir,
@@ -178,7 +178,8 @@ impl Procs {
     }
 
     fn keep_logs(&self) {
-        let to = PathBuf::from("/tmp/scaling-logs");
+        let to = std::env::var_os("SCALING_LOGS_TO")
+            .map_or_else(|| PathBuf::from("/tmp/scaling-logs"), PathBuf::from);
         let _ = std::fs::create_dir_all(&to);
         for p in &self.procs {
             let f = format!("{}.log", p.name);
