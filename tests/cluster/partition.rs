@@ -1,8 +1,10 @@
 //! A network partition: the node cut off from the others cannot commit, so it answers
 //! errors quickly and never admits; the majority side goes on serving; after the partition
-//! heals the replicas converge; and through it all no bucket admits more than its limit.
+//! heals the replicas converge; and through it all no bucket admits more than its limit. A
+//! follower cut off and reconnected does not depose the leader the others kept.
 
 use crate::harness::*;
+use openraft::type_config::async_runtime::WatchReceiver;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -363,6 +365,86 @@ async fn a_commit_slower_than_the_write_timeout_is_answered_not_retried() {
             )
             .await;
         }
+    })
+    .await;
+}
+
+/// The term of group `g` as node `id`'s replica knows it.
+fn term_on(c: &TestCluster, id: bucketd::internals::cluster::typ::NodeId, g: u32) -> u64 {
+    let raft = c.cluster(id).raft(g).expect("a replica of the group");
+    raft.metrics().borrow_watched().current_term
+}
+
+/// A follower cut off from its group for several election timeouts, then reconnected, does not
+/// depose the leader the others kept: while cut off it cannot win an election, so it must not
+/// raise its term either (its elections are asked for first, and refused), or the leader would
+/// step down at its first answer after the heal and the group would go without one until the
+/// next election, answering `-CLUSTERDOWN` and `-TRYAGAIN` meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_cut_off_and_back_does_not_depose_its_leader() {
+    bounded(async {
+        let c = TestCluster::start(
+            "partition-rejoin",
+            Opts {
+                // Leaderships stay where they are, so any change is the cut's doing.
+                balance: false,
+                ..Opts::default()
+            },
+        )
+        .await;
+        let leaders = c.wait_leaders(Duration::from_secs(10)).await;
+        let g = 0;
+        let leader = leaders[g as usize];
+        let alone = c.other_than(leader);
+        let key = key_in_group(&c.spec, "rejoin", g);
+        let args = ["CL.THROTTLE", key.as_str(), "999999", "1", "3600"];
+        let mut conn = Conn::connect(&c.addr(leader)).await.expect("connect");
+        let term = term_on(&c, leader, g);
+        let alone_term = term_on(&c, alone, g);
+
+        // Writes all along keep the group awake (a quiet group's followers do not campaign).
+        let write_for = async |conn: &mut Conn, how_long: Duration| {
+            let t0 = Instant::now();
+            let mut failed = Vec::new();
+            while t0.elapsed() < how_long {
+                let reply = conn.call(&args).await.expect("the leader answers");
+                if let Some(e) = reply.error() {
+                    failed.push(e.to_string());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            failed
+        };
+        let before = write_for(&mut conn, Duration::from_millis(500)).await;
+        assert!(before.is_empty(), "before the cut: {before:?}");
+        // Four times the longest election timeout.
+        c.isolate(alone);
+        let during = write_for(&mut conn, Duration::from_secs(2)).await;
+        c.heal();
+        let after = write_for(&mut conn, Duration::from_millis(1500)).await;
+
+        println!(
+            "rejoin: group {g}: leader {leader} at term {term} -> {}, cut-off follower {alone} \
+             at term {alone_term} -> {}; agreed leader {:?}",
+            term_on(&c, leader, g),
+            term_on(&c, alone, g),
+            c.agreed_leader(g)
+        );
+        assert!(
+            during.is_empty(),
+            "the leader and the other follower: {during:?}"
+        );
+        assert!(
+            after.is_empty(),
+            "after the heal, the leader answered {after:?}"
+        );
+        assert_eq!(
+            term_on(&c, alone, g),
+            term,
+            "the cut-off follower (at term {alone_term} before the cut) is at the leader's term"
+        );
+        assert_eq!(c.agreed_leader(g), Some(leader), "the leader stayed");
+        assert_eq!(term_on(&c, leader, g), term, "the leader's term stayed");
     })
     .await;
 }
