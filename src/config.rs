@@ -511,6 +511,18 @@ struct ClusterRaw {
     announce_host: Option<String>,
 }
 
+/// Where a node that joins a cluster keeps its data when no `--data-dir` is given.
+fn joined_data_dir(port: u16) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("bucketd-data/port-{port}"))
+}
+
+/// Where a node started without `--cluster-nodes` and `--join` looks for the `cluster.conf` of
+/// a cluster it joined earlier: its `--data-dir`, or the folder a join on its port defaults to.
+/// None with neither (a port chosen by the system never joined anything).
+fn restart_dir(data_dir: Option<std::path::PathBuf>, port: u16) -> Option<std::path::PathBuf> {
+    data_dir.or_else(|| (port != 0).then(|| joined_data_dir(port)))
+}
+
 impl ClusterRaw {
     fn merge(&mut self, other: ClusterRaw) {
         macro_rules! over {
@@ -559,8 +571,9 @@ impl ClusterRaw {
             }
             let Some(join) = self.join else {
                 // A node that joined a cluster restarts from its data folder's `cluster.conf`
-                // (its id and the members), with or without `--join`.
-                let Some(dir) = self.data_dir else {
+                // (its id and the members), with or without `--join`: the folder it was given,
+                // or the one `--join` takes by default.
+                let Some(dir) = restart_dir(self.data_dir, port) else {
                     return Ok(None);
                 };
                 let Some((id, spec)) = crate::cluster::membership::read_cluster_file(&dir)
@@ -597,9 +610,7 @@ impl ClusterRaw {
                 replicas: 1,
                 groups: 1,
             };
-            let data_dir = self
-                .data_dir
-                .unwrap_or_else(|| std::path::PathBuf::from(format!("bucketd-data/port-{port}")));
+            let data_dir = self.data_dir.unwrap_or_else(|| joined_data_dir(port));
             let mut c = crate::cluster::node::ClusterSettings::new(0, spec, data_dir);
             c.join = Some(join);
             common.apply(&mut c);
@@ -1002,6 +1013,16 @@ mod tests {
         .unwrap();
         assert!(Settings::resolve(&flags).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_joined_node_restarts_from_the_folder_a_join_takes_by_default() {
+        // `--join` with only `--port` keeps its data in the default folder: a restart with only
+        // `--port` must look there.
+        let given = std::path::PathBuf::from("/some/where");
+        assert_eq!(restart_dir(Some(given.clone()), 7004), Some(given));
+        assert_eq!(restart_dir(None, 7004), Some(joined_data_dir(7004)));
+        assert_eq!(restart_dir(None, 0), None);
     }
 
     #[test]
