@@ -7,8 +7,11 @@
 # Starts a standalone node (`--shards 1`) and a 3-node cluster of each build, every server
 # pinned to core SERVER_CPU and redis-benchmark to CLIENT_CPU, then runs the same bounded
 # redis-benchmark loads against A and B alternately, ROUNDS times, and prints the median ops/s
-# of each with the ratio B / A. Both builds run at once on the same machine, so what the
-# machine does to one it does to the other. Settings: ROUNDS (3), N_P1 (100000),
+# and server CPU per request (all of a side's processes, from the scheduler's own account) of
+# each with the ratios B / A. Both builds run at once on the same machine, so what the machine
+# does to one it does to the other. In cluster mode CPU per request is the figure to read:
+# redis-benchmark --cluster ends a run only at a 250 ms progress tick, so a short run's ops/s
+# moves in steps of that tick. Settings: ROUNDS (3), N_P1 (100000),
 # N_P16 (1000000), CLIENTS (50), KEYSPACE (1000000), SERVER_CPU (1), CLIENT_CPU (0).
 set -euo pipefail
 
@@ -66,13 +69,14 @@ standalone() {
     taskset -c "$SERVER_CPU" "$1" --bind "$HOST" --port "$port" --shards 1 --log warn \
         >"$WORK/standalone-$port.log" 2>&1 &
     echo "$!" >>"$PIDFILE"
+    echo "$port $!" >>"$WORK/sides"
     wait_up "$port" >&2
     echo "$port"
 }
 
 # cluster BIN: starts a 3-node cluster, prints the first node's port.
 cluster() {
-    local ports peers nodes="" i
+    local ports peers nodes="" i pids=""
     read -r -a ports <<<"$(free_ports 6)"
     for i in 0 1 2; do
         nodes+="${nodes:+,}$((i + 1)):$HOST:${ports[$i]}:${ports[$((i + 3))]}"
@@ -82,12 +86,25 @@ cluster() {
             --cluster-nodes "$nodes" --node-id $((i + 1)) --data-dir "$WORK/data-${ports[0]}-$i" \
             --log warn >"$WORK/cluster-${ports[$i]}.log" 2>&1 &
         echo "$!" >>"$PIDFILE"
+        pids+=" $!"
     done
+    echo "${ports[0]}$pids" >>"$WORK/sides"
     wait_up "${ports[0]}" cluster >&2
     echo "${ports[0]}"
 }
 
-# run PORT PIPELINE N [--cluster] CMD...: one bounded run, prints its requests per second.
+# CPU time in nanoseconds of the processes serving PORT, summed over their threads.
+side_ns() {
+    local pid total=0
+    for pid in $(awk -v p="$1" '$1 == p { $1 = ""; print }' "$WORK/sides"); do
+        total=$((total + $(cat /proc/"$pid"/task/*/schedstat 2>/dev/null |
+            awk '{ s += $1 } END { printf "%.0f", s }')))
+    done
+    echo "$total"
+}
+
+# run PORT PIPELINE N [--cluster] CMD...: one bounded run, prints its requests per second and
+# the server CPU per request in ns.
 run() {
     local port=$1 pipe=$2 n=$3
     shift 3
@@ -96,9 +113,13 @@ run() {
         extra=(--cluster)
         shift
     fi
-    timeout 300 taskset -c "$CLIENT_CPU" redis-benchmark "${extra[@]}" -h "$HOST" -p "$port" \
+    local c0 c1 ops
+    c0=$(side_ns "$port")
+    ops=$(timeout 300 taskset -c "$CLIENT_CPU" redis-benchmark "${extra[@]}" -h "$HOST" -p "$port" \
         -c "$CLIENTS" -n "$n" -r "$KEYSPACE" -P "$pipe" -q "$@" 2>/dev/null |
-        tr '\r' '\n' | awk '/requests per second/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^requests/) v = $i } END { print v + 0 }'
+        tr '\r' '\n' | awk '/requests per second/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^requests/) v = $i } END { print v + 0 }')
+    c1=$(side_ns "$port")
+    echo "$ops $(((c1 - c0) / n))"
 }
 
 median() { tr ' ' '\n' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
@@ -107,24 +128,29 @@ median() { tr ' ' '\n' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1
 compare() {
     local title=$1 pa=$2 pb=$3 pipe=$4 n=$5
     shift 5
-    local a=() b=() r
+    local a=() b=() ca=() cb=() r x y
     for r in $(seq 1 "$ROUNDS"); do
-        a+=("$(run "$pa" "$pipe" "$n" "$@")")
-        b+=("$(run "$pb" "$pipe" "$n" "$@")")
+        read -r x y < <(run "$pa" "$pipe" "$n" "$@")
+        a+=("$x") ca+=("$y")
+        read -r x y < <(run "$pb" "$pipe" "$n" "$@")
+        b+=("$x") cb+=("$y")
     done
-    local ma mb
+    local ma mb mca mcb
     ma=$(echo "${a[*]}" | median)
     mb=$(echo "${b[*]}" | median)
-    printf '| %s | P%s | %s | %s | %.2fx |\n' "$title" "$pipe" "$ma" "$mb" \
-        "$(awk -v a="$ma" -v b="$mb" 'BEGIN { print (a > 0 ? b / a : 0) }')"
+    mca=$(echo "${ca[*]}" | median)
+    mcb=$(echo "${cb[*]}" | median)
+    printf '| %s | P%s | %s | %s | %.2fx | %s | %s | %.3fx |\n' "$title" "$pipe" "$ma" "$mb" \
+        "$(awk -v a="$ma" -v b="$mb" 'BEGIN { print (a > 0 ? b / a : 0) }')" \
+        "${ca[*]}" "${cb[*]}" "$(awk -v a="$mca" -v b="$mcb" 'BEGIN { print (a > 0 ? b / a : 0) }')"
 }
 
 echo "A: $OLD"
 echo "B: $NEW"
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $ROUNDS rounds, medians of ops/s, $CLIENTS clients, $KEYSPACE keys"
 echo
-echo "| load | pipeline | A ops/s | B ops/s | B / A |"
-echo "|---|---|---|---|---|"
+echo "| load | pipeline | A ops/s | B ops/s | B / A | A CPU ns/request | B CPU ns/request | B / A (medians) |"
+echo "|---|---|---|---|---|---|---|---|"
 THROTTLE=(CL.THROTTLE 'bucket:__rand_int__' 99 10 1)
 if [[ $MODE == both || $MODE == standalone ]]; then
     sa=$(standalone "$OLD")
