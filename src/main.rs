@@ -6,8 +6,14 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod heap;
+
+#[global_allocator]
+static HEAP: heap::Heap = heap::Heap;
+
 fn main() -> ExitCode {
-    tune_allocator();
+    heap::tune_glibc();
+    bucketd::server::set_free_memory_release(heap::release_free_memory);
     let flags = Flags::parse();
     let settings = match Settings::resolve(&flags) {
         Ok(s) => s,
@@ -47,26 +53,6 @@ fn main() -> ExitCode {
         tracing::info!("stopped");
         ExitCode::SUCCESS
     })
-}
-
-/// Keeps glibc's malloc from handing memory back to the kernel after every burst. A shard
-/// allocates and frees a turn's buffers (requests, replies, log entries) in bursts; by
-/// default the heap's top was trimmed once it passed 128 KiB free, and the next burst faulted
-/// the pages in again, zeroed: up to 18% of a cluster node's CPU under load went to that.
-/// Memory the store no longer needs is still handed back, explicitly, when it shrinks (see
-/// the shard's sweep). Fixing the trim threshold also fixes the mmap threshold, which glibc
-/// would otherwise raise as large blocks are freed; it stays at glibc's initial 128 KiB, so
-/// large buffers (the store's partitions) keep their own mappings, which grow without copying
-/// and leave no holes in the heap (a 1 MiB threshold cost 6 bytes of RSS per bucket).
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes the allocator's settings; it is called before any other
-    // thread exists.
-    unsafe {
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
-        libc::mallopt(libc::M_TOP_PAD, 1 << 20);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
-    }
 }
 
 async fn wait_for_signal() {

@@ -20,6 +20,7 @@ mod persist;
 mod scatter;
 mod stream;
 
+pub use crate::shard::set_free_memory_release;
 pub(crate) use live::LiveSettings;
 pub(crate) use node::{ClientInfo, ClientMeta, Node, NodeStats, REDIS_COMPAT_VERSION, VERSION};
 

@@ -76,6 +76,8 @@ pub struct ShardCore {
     stats: Arc<ShardStats>,
     /// The most bytes the store held since memory was last handed back.
     peak_since_trim: usize,
+    /// What the store held when memory was last handed back.
+    bytes_at_trim: usize,
     last_trim: std::time::Instant,
     /// In a cluster: gathers key commands into log entries of the groups this shard owns.
     pub proposer: Option<crate::cluster::proposer::Proposer>,
@@ -90,8 +92,26 @@ const PREFETCH_MAX: usize = 256;
 /// before free memory is handed back to the operating system.
 const TRIM_AFTER_BYTES: usize = 8 << 20;
 
-/// Returns free heap memory to the operating system (glibc keeps it otherwise).
+/// How far the store must have grown since memory was last handed back (in bytes, and at
+/// least an eighth of it) before the blocks it outgrew are handed back too.
+const GROWN_BEFORE_TRIM: usize = 1 << 20;
+
+/// How the process's allocator hands free memory back, when the binary installed its own.
+static RELEASE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Tells the node how to hand free heap memory back to the operating system, for a binary
+/// whose global allocator is not glibc's malloc (which is trimmed otherwise). The first call
+/// wins.
+pub fn set_free_memory_release(release: fn()) {
+    let _ = RELEASE_HOOK.set(release);
+}
+
+/// Returns free heap memory to the operating system (the allocator keeps it otherwise).
 pub(crate) fn release_free_memory() {
+    if let Some(release) = RELEASE_HOOK.get() {
+        release();
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases memory the allocator holds free; it touches no
     // memory owned by Rust code and is safe to call from any thread.
@@ -117,6 +137,7 @@ impl ShardCore {
             last_now: 0,
             stats,
             peak_since_trim: 0,
+            bytes_at_trim: 0,
             last_trim: std::time::Instant::now(),
             proposer: None,
         }
@@ -304,15 +325,19 @@ impl ShardCore {
         // to under half of its peak, hand them back to the operating system, so RSS follows
         // the active callers. Not while keys only come and go: the allocator reuses what they
         // free at once, and memory handed back would only be faulted in (and zeroed) again.
+        // Likewise once it has grown by an eighth: the blocks its partitions and index
+        // outgrew (each grows by doubling) are free, and the allocator would keep them.
         // At most once a second: trimming walks the allocator's free lists.
         let bytes = self.store.usage.bytes;
         self.peak_since_trim = self.peak_since_trim.max(bytes);
         let shrunk = self.peak_since_trim - bytes;
-        if shrunk >= TRIM_AFTER_BYTES
-            && shrunk * 2 >= self.peak_since_trim
+        let grown = bytes.saturating_sub(self.bytes_at_trim);
+        if ((shrunk >= TRIM_AFTER_BYTES && shrunk * 2 >= self.peak_since_trim)
+            || grown >= (bytes / 8).max(GROWN_BEFORE_TRIM))
             && self.last_trim.elapsed() >= Duration::from_secs(1)
         {
             self.peak_since_trim = bytes;
+            self.bytes_at_trim = bytes;
             self.last_trim = std::time::Instant::now();
             release_free_memory();
         }

@@ -19,6 +19,7 @@ mod msg;
 mod turn;
 
 pub(crate) use self::core::release_free_memory;
+pub use self::core::set_free_memory_release;
 pub(crate) use self::core::{CoreRef, Outcome, SWEEP_INTERVAL};
 pub use self::core::{ShardCore, ShardStats};
 pub(crate) use event_loop::run;
