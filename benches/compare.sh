@@ -3,7 +3,7 @@
 #
 #   bash benches/compare.sh              # full run (about 15-20 minutes)
 #   QUICK=1 bash benches/compare.sh      # smoke run (under 2 minutes)
-#   bash benches/compare.sh cluster      # cluster mode (about 10 minutes; QUICK=1 works too)
+#   bash benches/compare.sh cluster      # cluster mode (about 15 minutes; QUICK=1 works too)
 #   bash benches/compare.sh rls          # Envoy rate limit service, gRPC vs RESP (about 4 minutes)
 #
 # Starts its own redis-server and bucketd on free loopback ports, pins each server to the same
