@@ -97,8 +97,7 @@ cluster() {
 side_ns() {
     local pid total=0
     for pid in $(awk -v p="$1" '$1 == p { $1 = ""; print }' "$WORK/sides"); do
-        total=$((total + $(cat /proc/"$pid"/task/*/schedstat 2>/dev/null |
-            awk '{ s += $1 } END { printf "%.0f", s }')))
+        total=$((total + $(cpu_ns "$pid")))
     done
     echo "$total"
 }

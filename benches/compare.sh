@@ -211,11 +211,9 @@ cpu_ticks() {
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
 
-# CPU time of a process in nanoseconds, summed over its threads (the scheduler's own account:
-# finer than clock ticks, so short runs still give a CPU time per request).
-cpu_ns() {
-    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'
-}
+# cpu_ns PID: benches/ports.sh.
+# shellcheck source=benches/ports.sh
+source "$BENCHES/ports.sh"
 
 rss_kb() {
     awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"

@@ -12,3 +12,9 @@ for s in socks:
     s.close()
 EOF
 }
+
+# CPU time of a process in nanoseconds, summed over its threads (the scheduler's own account:
+# finer than clock ticks, so short runs still give a CPU time per request).
+cpu_ns() {
+    cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'
+}

@@ -96,9 +96,9 @@ pub(crate) fn tune_glibc() {
     }
 }
 
-/// Hands free memory back to the operating system: the free pages of every jemalloc arena,
-/// and what glibc's heap holds free.
-pub(crate) fn release_free_memory() {
+/// Hands the free pages of every jemalloc arena back to the operating system (the node
+/// trims glibc's heap itself).
+pub(crate) fn purge_jemalloc() {
     // MALLCTL_ARENAS_ALL: every arena at once.
     const PURGE_ALL: &[u8] = b"arena.4096.purge\0";
     // SAFETY: `arena.<i>.purge` reads and writes nothing (all pointers null, length 0); the
@@ -111,11 +111,6 @@ pub(crate) fn release_free_memory() {
             std::ptr::null_mut(),
             0,
         );
-    }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases memory the allocator holds free.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 
@@ -168,6 +163,6 @@ mod tests {
                 heap.dealloc(zeroed, layout);
             }
         }
-        release_free_memory();
+        purge_jemalloc();
     }
 }

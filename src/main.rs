@@ -13,7 +13,7 @@ static HEAP: heap::Heap = heap::Heap;
 
 fn main() -> ExitCode {
     heap::tune_glibc();
-    bucketd::server::set_free_memory_release(heap::release_free_memory);
+    bucketd::server::set_free_memory_release(heap::purge_jemalloc);
     let flags = Flags::parse();
     let settings = match Settings::resolve(&flags) {
         Ok(s) => s,

@@ -96,21 +96,20 @@ const TRIM_AFTER_BYTES: usize = 8 << 20;
 /// least an eighth of it) before the blocks it outgrew are handed back too.
 const GROWN_BEFORE_TRIM: usize = 1 << 20;
 
-/// How the process's allocator hands free memory back, when the binary installed its own.
+/// What else hands free memory back, when the binary installed an allocator of its own
+/// beside glibc's malloc.
 static RELEASE_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
-/// Tells the node how to hand free heap memory back to the operating system, for a binary
-/// whose global allocator is not glibc's malloc (which is trimmed otherwise). The first call
-/// wins.
+/// Tells the node how to hand back what the binary's own allocator holds free; glibc's heap
+/// is trimmed either way. The first call wins.
 pub fn set_free_memory_release(release: fn()) {
     let _ = RELEASE_HOOK.set(release);
 }
 
-/// Returns free heap memory to the operating system (the allocator keeps it otherwise).
+/// Returns free heap memory to the operating system (the allocators keep it otherwise).
 pub(crate) fn release_free_memory() {
     if let Some(release) = RELEASE_HOOK.get() {
         release();
-        return;
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases memory the allocator holds free; it touches no
