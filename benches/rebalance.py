@@ -68,6 +68,30 @@ def slot_owners(port):
     return owner
 
 
+def settled_owners(ports, hold_s=3.0, limit_s=90.0):
+    """The slot map once every node gives the same one and it has held still for `hold_s`.
+
+    The first elections can hand one node most of the groups, and the balancer then moves
+    leaderships one at a time; a fill sent by a map taken meanwhile meets -MOVED.
+    """
+    deadline = time.time() + limit_s
+    last, since = None, time.time()
+    while True:
+        try:
+            maps = [slot_owners(p) for p in ports]
+        except (OSError, KeyError, IndexError, TypeError):
+            maps = [None]
+        now = time.time()
+        same = maps[0] is not None and all(m == maps[0] for m in maps)
+        if not same or maps[0] != last:
+            last, since = (maps[0] if same else None), now
+        elif now - since >= hold_s:
+            return last
+        if now > deadline:
+            sys.exit(f"the slot map did not hold still for {hold_s} s within {limit_s} s")
+        time.sleep(0.2)
+
+
 def status(port):
     r = ask(port, "BK.CLUSTER", "STATUS")
     kv = dict(zip(r[0::2], r[1::2]))
@@ -165,11 +189,10 @@ def main():
             if time.time() > deadline:
                 sys.exit("the cluster did not come up")
             time.sleep(0.2)
-        time.sleep(2)
+        owner = settled_owners(ports[:3])
 
         # Fill: one RESP stream per leader.
         t0 = time.time()
-        owner = slot_owners(ports[0])
         files = {p: open(os.path.join(root, f"fill-{p}.resp"), "wb") for p in ports[:3]}
         for n in range(args.buckets):
             key = b"b:%d" % n
@@ -185,8 +208,16 @@ def main():
                     ["redis-cli", "-p", str(p), "--pipe"], stdin=f, capture_output=True, text=True
                 )
             print(f"fill {p}: {out.stdout.strip().splitlines()[-1] if out.stdout else out.stderr}")
-        keys = sum(int(ask(p, "DBSIZE")) for p in ports[:3])
-        print(f"filled {args.buckets} buckets in {time.time() - t0:.1f} s (DBSIZE summed over the 3 nodes: {keys}, 3 replicas each)")
+        filled = time.time() - t0
+        # A follower applies an entry once it learns of its commit, with the leader's next
+        # append or heartbeat: the last few entries reach the followers' stores a moment later.
+        settle = time.time() + 2
+        while True:
+            keys = sum(int(ask(p, "DBSIZE")) for p in ports[:3])
+            if keys >= 3 * args.buckets or time.time() > settle:
+                break
+            time.sleep(0.05)
+        print(f"filled {args.buckets} buckets in {filled:.1f} s (DBSIZE summed over the 3 nodes: {keys}, 3 replicas each)")
 
         stop = threading.Event()
         probes = [Probe(ports[:3], args.buckets, stop) for _ in range(args.probe_threads)]
