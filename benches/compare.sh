@@ -469,13 +469,21 @@ load() {
     [[ $out =~ errors:\ 0,\ replies:\ ([0-9]+) ]] || die "loading $file: $out"
 }
 
-# settle PORT PID: waits (bounded) until the server's used_memory stops moving.
+# settle PORT PID: waits (bounded) until the server's used_memory and the process's RSS have
+# both held still for 1.25 s. bucketd hands its allocators' free pages back to the system at
+# most once a second while its store grows, so its RSS can still fall a second after the last
+# key went in, with used_memory long steady.
 settle() {
-    local port=$1 prev=-1 cur i
-    for ((i = 0; i < 20; i++)); do
+    local port=$1 pid=$2 prev=-1 cur i still=0
+    for ((i = 0; i < 40; i++)); do
         sleep 0.25
-        cur=$(info_field "$port" used_memory)
-        [[ $cur == "$prev" ]] && return 0
+        cur="$(info_field "$port" used_memory) $(rss_kb "$pid")"
+        if [[ $cur == "$prev" ]]; then
+            still=$((still + 1))
+            ((still >= 5)) && return 0
+        else
+            still=0
+        fi
         prev=$cur
     done
 }
@@ -484,12 +492,12 @@ settle() {
 # (bytes added per key by the server's own accounting and by the process RSS).
 measure() {
     local name=$1 port=$2 pid=$3 file=$4 u0 r0 u1 r1
-    settle "$port"
+    settle "$port" "$pid"
     u0=$(info_field "$port" used_memory)
     r0=$(rss_kb "$pid")
     log "memory: loading $MEM_KEYS buckets into $name"
     load "$port" "$file"
-    settle "$port"
+    settle "$port" "$pid"
     M_KEYS=$(cli "$port" DBSIZE)
     u1=$(info_field "$port" used_memory)
     r1=$(rss_kb "$pid")
@@ -527,7 +535,7 @@ stop_server "$BUCKETD_PID"
 BUCKETD_PORT=$(free_port)
 start_bucketd "$BUCKETD_PORT" 1 yes
 BUCKETD_PID=$STARTED_PID
-settle "$BUCKETD_PORT"
+settle "$BUCKETD_PORT" "$BUCKETD_PID"
 E_R0=$(rss_kb "$BUCKETD_PID")
 log "expiry: loading $MEM_KEYS buckets that refill in ${EXPIRY_REFILL_S}s"
 t0=$(date +%s%N)
