@@ -44,21 +44,29 @@ def slot_map(host, port):
     return sorted(ranges)
 
 
-def slots(host, ports):
+def maps_of(host, ports):
+    """Every node's slot map, and whether they are all the same."""
     maps = []
     for p in ports:
         try:
             maps.append(slot_map(host, p))
         except (OSError, RuntimeError) as e:
-            print(f"covered=0 agree=0 primaries= error={p}:{e}")
-            return 1
+            raise RuntimeError(f"{p}:{e}") from e
+    return maps, all(m == maps[0] for m in maps)
+
+
+def slots(host, ports):
+    try:
+        maps, agree = maps_of(host, ports)
+    except RuntimeError as e:
+        print(f"covered=0 agree=0 primaries= error={e}")
+        return 1
     first = maps[0]
     covered = set()
     per_primary = {}
     for lo, hi, primary in first:
         covered.update(range(lo, hi + 1))
         per_primary[primary] = per_primary.get(primary, 0) + hi - lo + 1
-    agree = all(m == first for m in maps)
     n = len(covered & set(range(16384)))
     shares = ",".join(f"{p}:{c}" for p, c in sorted(per_primary.items()))
     digest = hashlib.sha1(repr(first).encode()).hexdigest()[:12]

@@ -155,9 +155,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
+# free_ports N, cpu_ns PID
+# shellcheck source=benches/ports.sh
+source "$BENCHES/ports.sh"
 
 cli() {
     local port=$1
@@ -210,10 +210,6 @@ stop_server() {
 cpu_ticks() {
     awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
 }
-
-# cpu_ns PID: benches/ports.sh.
-# shellcheck source=benches/ports.sh
-source "$BENCHES/ports.sh"
 
 rss_kb() {
     awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"
@@ -355,17 +351,17 @@ fi
 # 1. Throughput and latency, one core each
 # ---------------------------------------------------------------------------------------------
 
-REDIS_PORT=$(free_port)
+REDIS_PORT=$(free_ports 1)
 start_redis "$REDIS_PORT"
 REDIS_PID=$STARTED_PID
-BUCKETD_PORT=$(free_port)
+BUCKETD_PORT=$(free_ports 1)
 start_bucketd "$BUCKETD_PORT" 1 yes
 BUCKETD_PID=$STARTED_PID
 log "redis-server pid $REDIS_PID port $REDIS_PORT, bucketd pid $BUCKETD_PID port $BUCKETD_PORT"
 BASELINE=${BASELINE:-}
 if [[ -n $BASELINE ]]; then
     [[ -x $BASELINE ]] || die "BASELINE=$BASELINE is not an executable"
-    BASE_PORT=$(free_port)
+    BASE_PORT=$(free_ports 1)
     start_bucketd "$BASE_PORT" 1 yes "$BASELINE"
     BASE_PID=$STARTED_PID
     log "baseline bucketd ($BASELINE) pid $BASE_PID port $BASE_PORT"
@@ -514,7 +510,7 @@ python3 "$BENCHES/gen_resp.py" "$MEM_KEYS" "$WORK/redis.resp" EVALSHA "$SHA" 1 '
 python3 "$BENCHES/gen_resp.py" "$MEM_KEYS" "$WORK/bucketd.resp" CL.THROTTLE '{key}' 99 10 3600 1
 python3 "$BENCHES/gen_resp.py" "$MEM_KEYS" "$WORK/expiry.resp" "${EXPIRY_CMD[@]}"
 
-REDIS_PORT=$(free_port)
+REDIS_PORT=$(free_ports 1)
 start_redis "$REDIS_PORT"
 REDIS_PID=$STARTED_PID
 [[ $(cli "$REDIS_PORT" SCRIPT LOAD "$(cat "$BENCHES/token_bucket.lua")") == "$SHA" ]] ||
@@ -524,7 +520,7 @@ R_KEYS=$M_KEYS R_USED=$M_USED R_RSS=$M_RSS R_RSS_MB=$M_RSS_MB
 R_ENC=$(cli "$REDIS_PORT" OBJECT ENCODING bucket:000000000001)
 stop_server "$REDIS_PID"
 
-BUCKETD_PORT=$(free_port)
+BUCKETD_PORT=$(free_ports 1)
 start_bucketd "$BUCKETD_PORT" 1 yes
 BUCKETD_PID=$STARTED_PID
 measure "bucketd" "$BUCKETD_PORT" "$BUCKETD_PID" "$WORK/bucketd.resp"
@@ -532,7 +528,7 @@ B_KEYS=$M_KEYS B_USED=$M_USED B_RSS=$M_RSS B_RSS_MB=$M_RSS_MB
 stop_server "$BUCKETD_PID"
 
 # Expiry: buckets that refill within EXPIRY_REFILL_S are dropped, and the memory goes back.
-BUCKETD_PORT=$(free_port)
+BUCKETD_PORT=$(free_ports 1)
 start_bucketd "$BUCKETD_PORT" 1 yes
 BUCKETD_PID=$STARTED_PID
 settle "$BUCKETD_PORT" "$BUCKETD_PID"
@@ -560,10 +556,10 @@ stop_server "$BUCKETD_PID"
 # 3. Scaling: one shard on one core vs two shards on both cores
 # ---------------------------------------------------------------------------------------------
 
-ONE_PORT=$(free_port)
+ONE_PORT=$(free_ports 1)
 start_bucketd "$ONE_PORT" 1 yes
 ONE_PID=$STARTED_PID
-TWO_PORT=$(free_port)
+TWO_PORT=$(free_ports 1)
 start_bucketd "$TWO_PORT" 2 no
 TWO_PID=$STARTED_PID
 log "scaling: CL.THROTTLE P16, --shards 1 pinned vs --shards 2 unpinned"

@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 
+from cluster_view import maps_of, slot_map
 from resp import Resp, is_err
 
 
@@ -58,14 +59,16 @@ def ask(port, *args, timeout=5.0):
         c.close()
 
 
-def slot_owners(port):
-    """slot -> client port of the node serving it."""
+def owners(ranges):
+    """slot -> client port of the node serving it, from cluster_view's (lo, hi, port) ranges."""
     owner = [None] * 16384
-    for rng in ask(port, "CLUSTER", "SLOTS"):
-        lo, hi, master = rng[0], rng[1], rng[2]
-        for s in range(lo, hi + 1):
-            owner[s] = master[1]
+    for lo, hi, port in ranges:
+        owner[lo : hi + 1] = [port] * (hi - lo + 1)
     return owner
+
+
+def slot_owners(port):
+    return owners(slot_map("127.0.0.1", port))
 
 
 def settled_owners(ports, hold_s=3.0, limit_s=90.0):
@@ -78,15 +81,15 @@ def settled_owners(ports, hold_s=3.0, limit_s=90.0):
     last, since = None, time.time()
     while True:
         try:
-            maps = [slot_owners(p) for p in ports]
-        except (OSError, KeyError, IndexError, TypeError):
-            maps = [None]
+            maps, agree = maps_of("127.0.0.1", ports)
+            current = maps[0] if agree else None
+        except RuntimeError:
+            current = None
         now = time.time()
-        same = maps[0] is not None and all(m == maps[0] for m in maps)
-        if not same or maps[0] != last:
-            last, since = (maps[0] if same else None), now
+        if current is None or current != last:
+            last, since = current, now
         elif now - since >= hold_s:
-            return last
+            return owners(last)
         if now > deadline:
             sys.exit(f"the slot map did not hold still for {hold_s} s within {limit_s} s")
         time.sleep(0.2)
