@@ -38,7 +38,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 /// Stack of a shard thread: scripts nest (cjson reads and writes tables 1000 deep, as Redis
@@ -122,31 +121,17 @@ pub async fn start(
         }
         (None, None) => None,
     };
-    let listener = TcpListener::bind((settings.bind.as_str(), settings.port))
-        .await
-        .map_err(|error| StartError::Listen {
-            addr: format!("{}:{}", settings.bind, settings.port),
-            error,
-        })?;
-    let addr = listener.local_addr().map_err(StartError::Socket)?;
+    let (listener, addr) = crate::net::bind(&settings.bind, settings.port).await?;
     // The TLS files are read before anything starts, so a bad one stops the node at once.
     let tls = if settings.tls_port != 0 {
         crate::tls::install_default_provider();
         let acceptor = crate::tls::client_acceptor(&settings.tls)?;
-        let l = TcpListener::bind((settings.bind.as_str(), settings.tls_port))
-            .await
-            .map_err(|error| StartError::Listen {
-                addr: format!("{}:{}", settings.bind, settings.tls_port),
-                error,
-            })?;
-        Some((l, acceptor))
+        let (l, at) = crate::net::bind(&settings.bind, settings.tls_port).await?;
+        Some((l, at, acceptor))
     } else {
         None
     };
-    let tls_addr = match &tls {
-        Some((l, _)) => Some(l.local_addr().map_err(StartError::Socket)?),
-        None => None,
-    };
+    let tls_addr = tls.as_ref().map(|(_, at, _)| *at);
     let n = settings.shards.max(1);
     let (handles, inboxes): (Vec<ShardHandle>, Vec<ShardInbox>) =
         (0..n).map(shard::channel).unzip();
@@ -182,7 +167,7 @@ pub async fn start(
         cluster: std::sync::OnceLock::new(),
         client_buffer_bytes: AtomicUsize::new(0),
         last_trim_ms: AtomicU64::new(0),
-        tls_acceptor: tls.as_ref().map(|(_, a)| a.clone()),
+        tls_acceptor: tls.as_ref().map(|(_, _, a)| a.clone()),
         scripts: Arc::default(),
         rls,
     });
@@ -275,7 +260,7 @@ pub async fn start(
         Transport::Plain,
         shutdown.clone(),
     )));
-    if let Some((l, _)) = tls {
+    if let Some((l, _, _)) = tls {
         tracing::info!(addr = ?tls_addr, "bucketd listening for TLS clients");
         tasks.push(tokio::spawn(accept::accept_loop(
             node.clone(),
@@ -291,11 +276,7 @@ pub async fn start(
     )));
     let mut metrics_addr = None;
     if let Some(port) = node.settings.metrics_port {
-        let at = format!("{}:{port}", node.settings.bind);
-        let listener = TcpListener::bind(&at)
-            .await
-            .map_err(|error| StartError::Listen { addr: at, error })?;
-        let maddr = listener.local_addr().map_err(StartError::Socket)?;
+        let (listener, maddr) = crate::net::bind(&node.settings.bind, port).await?;
         tracing::info!(%maddr, "metrics at http://{maddr}/metrics");
         metrics_addr = Some(maddr);
         tasks.push(tokio::spawn(metrics::serve(
@@ -307,11 +288,7 @@ pub async fn start(
     let mut grpc_addr = None;
     if let Some(rls) = &node.rls {
         if let Some(port) = node.settings.grpc_port {
-            let at = format!("{}:{port}", node.settings.bind);
-            let listener = TcpListener::bind(&at)
-                .await
-                .map_err(|error| StartError::Listen { addr: at, error })?;
-            let gaddr = listener.local_addr().map_err(StartError::Socket)?;
+            let (listener, gaddr) = crate::net::bind(&node.settings.bind, port).await?;
             tracing::info!(%gaddr, "Envoy rate limit service (gRPC) listening on {gaddr}");
             grpc_addr = Some(gaddr);
             tasks.push(tokio::spawn(crate::rls::serve(
