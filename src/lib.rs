@@ -41,6 +41,8 @@ pub mod error;
 #[cfg(feature = "server")]
 mod glob;
 #[cfg(feature = "server")]
+mod metrics;
+#[cfg(feature = "server")]
 mod net;
 #[cfg(feature = "server")]
 mod protocol;
@@ -48,12 +50,22 @@ mod protocol;
 mod rls;
 #[cfg(feature = "server")]
 mod rules;
+/// Running a node: [`start`] builds one, [`NodeHandle`] stops it. The node's own module
+/// (`src/server/`) sits below the composition root that builds it (`start`), so the root is
+/// added to this path here rather than imported there.
 #[cfg(feature = "server")]
-pub mod server;
+pub mod server {
+    #[path = "mod.rs"]
+    mod node_server;
+    pub use crate::start::start;
+    pub use node_server::*;
+}
 #[cfg(feature = "server")]
 mod shard;
 #[cfg(feature = "server")]
 mod shutdown;
+#[cfg(feature = "server")]
+mod start;
 #[cfg(feature = "server")]
 mod store;
 #[cfg(feature = "server")]

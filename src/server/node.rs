@@ -122,8 +122,6 @@ pub struct Node {
     pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     /// The Lua scripts this node knows, for EVALSHA.
     pub(crate) scripts: Arc<crate::cmd::script::ScriptCache>,
-    /// Envoy's rate limit service, when it is configured.
-    pub(crate) rls: Option<Arc<crate::rls::Rls>>,
 }
 
 impl Node {
@@ -138,6 +136,11 @@ impl Node {
     /// The cluster this node belongs to, in cluster mode.
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
         self.cluster.get()
+    }
+
+    /// Sets the cluster once it has started; the node is built before it.
+    pub(crate) fn set_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
     }
 
     pub fn connected_clients(&self) -> usize {

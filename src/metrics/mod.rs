@@ -9,9 +9,9 @@
 //! envoy ratelimit's `ratelimit_service_rate_limit_*` for decisions by rule, and `bucketd_*`
 //! for the rest.
 
-use super::Node;
-use super::info::rss_bytes;
 use crate::cmd::keyed::CheckKind;
+use crate::server::Node;
+use crate::server::rss_bytes;
 use crate::shard::metrics::{LATENCY_BOUNDS_US, LatencySnapshot};
 use crate::shutdown::Shutdown;
 use prometheus::proto::{
@@ -21,19 +21,42 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::net::TcpListener;
 
-/// Serves `/metrics` until shutdown.
-pub(super) async fn serve(node: Arc<Node>, listener: TcpListener, mut shutdown: Shutdown) {
+/// What Envoy's rate limit service counted, as the metrics show it. The composition root
+/// hands a way to read it, so this module needs nothing of the service.
+pub(crate) struct ServiceStats {
+    /// Hits by stat key: `[within, over, shadowed]`.
+    pub(crate) by_rule: Vec<(String, [u64; 3])>,
+    /// Answers by overall code: `[OK, OVER_LIMIT]`.
+    pub(crate) answers: [u64; 2],
+    /// Requests refused with a gRPC error.
+    pub(crate) errors: u64,
+    pub(crate) reloads: u64,
+    pub(crate) reload_errors: u64,
+}
+
+/// Reads the rate limit service's counters at the moment of a scrape.
+pub(crate) type ServiceCounts = Arc<dyn Fn() -> ServiceStats + Send + Sync>;
+
+/// Serves `/metrics` until shutdown; `service`: the rate limit service's counters, when it
+/// runs.
+pub(crate) async fn serve(
+    node: Arc<Node>,
+    service: Option<ServiceCounts>,
+    listener: TcpListener,
+    mut shutdown: Shutdown,
+) {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
             let node = node.clone();
+            let service = service.as_ref().map(|read| read());
             async move {
                 (
                     [(
                         axum::http::header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    render(&node),
+                    render(&node, service.as_ref()),
                 )
             }
         }),
@@ -140,7 +163,7 @@ fn histogram(name: &str, help: &str, h: &LatencySnapshot) -> Family {
 }
 
 /// Builds every family from the node as it is now, in the text format.
-pub(crate) fn render(node: &Node) -> String {
+pub(crate) fn render(node: &Node, service: Option<&ServiceStats>) -> String {
     let mut out: Vec<Family> = Vec::new();
     let shards = &node.shards;
     let sum = |f: &dyn Fn(&crate::shard::ShardStats) -> u64| -> u64 {
@@ -154,7 +177,7 @@ pub(crate) fn render(node: &Node) -> String {
     } else {
         "standalone"
     };
-    info.gauge(&[("version", super::node::VERSION), ("mode", mode)], 1.0);
+    info.gauge(&[("version", crate::server::VERSION), ("mode", mode)], 1.0);
     out.push(info);
     out.push(one_gauge("redis_up", "1 while the node answers.", 1.0));
     out.push(one_gauge(
@@ -281,8 +304,8 @@ pub(crate) fn render(node: &Node) -> String {
             e[2] += shadowed;
         }
     }
-    if let Some(rls) = &node.rls {
-        for (name, [within, over, shadowed]) in rls.stats.by_limit() {
+    if let Some(service) = service {
+        for (name, [within, over, shadowed]) in service.by_rule.iter().cloned() {
             let e = by_rule.entry(name).or_default();
             e[0] += within;
             e[1] += over + shadowed;
@@ -315,35 +338,22 @@ pub(crate) fn render(node: &Node) -> String {
     out.push(over);
     out.push(within);
     out.push(shadow);
-    if let Some(rls) = &node.rls {
-        let st = &rls.stats;
+    if let Some(st) = service {
         let mut answers = counter(
             "bucketd_rls_requests_total",
             "ShouldRateLimit calls of the rate limit service, by overall code (error: refused with a gRPC error).",
         );
         for (i, code) in ["ok", "over_limit"].iter().enumerate() {
-            answers.counter(
-                &[("code", code)],
-                st.answers[i].load(Ordering::Relaxed) as f64,
-            );
+            answers.counter(&[("code", code)], st.answers[i] as f64);
         }
-        answers.counter(
-            &[("code", "error")],
-            st.errors.load(Ordering::Relaxed) as f64,
-        );
+        answers.counter(&[("code", "error")], st.errors as f64);
         out.push(answers);
         let mut reloads = counter(
             "bucketd_rls_config_reloads_total",
             "Changes to the rate limit service's configuration files, by result (error: refused, the configuration in force kept).",
         );
-        reloads.counter(
-            &[("result", "success")],
-            st.reloads.load(Ordering::Relaxed) as f64,
-        );
-        reloads.counter(
-            &[("result", "error")],
-            st.reload_errors.load(Ordering::Relaxed) as f64,
-        );
+        reloads.counter(&[("result", "success")], st.reloads as f64);
+        reloads.counter(&[("result", "error")], st.reload_errors as f64);
         out.push(reloads);
     }
     let mut lat = LatencySnapshot::default();
