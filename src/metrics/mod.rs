@@ -9,14 +9,15 @@
 //! envoy ratelimit's `ratelimit_service_rate_limit_*` for decisions by rule, and `bucketd_*`
 //! for the rest.
 
+mod family;
+
 use crate::cmd::keyed::CheckKind;
 use crate::server::Node;
-use crate::server::rss_bytes;
-use crate::shard::metrics::{LATENCY_BOUNDS_US, LatencySnapshot};
+use crate::server::{NodeReport, stats};
+use crate::shard::metrics::LatencySnapshot;
 use crate::shutdown::Shutdown;
-use prometheus::proto::{
-    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
-};
+use family::{Family, counter, gauge, histogram, one_counter, one_gauge};
+use prometheus::proto::MetricFamily;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::net::TcpListener;
@@ -69,108 +70,44 @@ pub(crate) async fn serve(
     }
 }
 
-/// A metric family under construction.
-struct Family(MetricFamily);
-
-impl Family {
-    fn new(name: &str, help: &str, kind: MetricType) -> Family {
-        let mut f = MetricFamily::default();
-        f.set_name(name.to_string());
-        f.set_help(help.to_string());
-        f.set_field_type(kind);
-        Family(f)
-    }
-
-    fn metric(&mut self, labels: &[(&str, &str)], set: impl FnOnce(&mut Metric)) -> &mut Self {
-        let mut m = Metric::default();
-        m.set_label(
-            labels
-                .iter()
-                .map(|(k, v)| {
-                    let mut l = LabelPair::default();
-                    l.set_name(k.to_string());
-                    l.set_value(v.to_string());
-                    l
-                })
-                .collect(),
-        );
-        set(&mut m);
-        self.0.mut_metric().push(m);
-        self
-    }
-
-    fn gauge(&mut self, labels: &[(&str, &str)], v: f64) -> &mut Self {
-        self.metric(labels, |m| {
-            let mut g = Gauge::default();
-            g.set_value(v);
-            m.set_gauge(g);
-        })
-    }
-
-    fn counter(&mut self, labels: &[(&str, &str)], v: f64) -> &mut Self {
-        self.metric(labels, |m| {
-            let mut c = Counter::default();
-            c.set_value(v);
-            m.set_counter(c);
-        })
-    }
-}
-
-fn gauge(name: &str, help: &str) -> Family {
-    Family::new(name, help, MetricType::GAUGE)
-}
-
-fn counter(name: &str, help: &str) -> Family {
-    Family::new(name, help, MetricType::COUNTER)
-}
-
-/// A gauge family with one unlabelled sample.
-fn one_gauge(name: &str, help: &str, v: f64) -> Family {
-    let mut f = gauge(name, help);
-    f.gauge(&[], v);
-    f
-}
-
-/// A counter family with one unlabelled sample.
-fn one_counter(name: &str, help: &str, v: f64) -> Family {
-    let mut f = counter(name, help);
-    f.counter(&[], v);
-    f
-}
-
-fn histogram(name: &str, help: &str, h: &LatencySnapshot) -> Family {
-    let mut f = Family::new(name, help, MetricType::HISTOGRAM);
-    f.metric(&[], |m| {
-        let mut hist = Histogram::default();
-        hist.set_sample_count(h.count);
-        hist.set_sample_sum(h.sum_ns as f64 / 1e9);
-        let mut cumulative = 0;
-        let buckets = LATENCY_BOUNDS_US
-            .iter()
-            .zip(&h.buckets)
-            .map(|(&le_us, &n)| {
-                cumulative += n;
-                let mut b = Bucket::default();
-                b.set_upper_bound(le_us as f64 / 1e6);
-                b.set_cumulative_count(cumulative);
-                b
-            })
-            .collect();
-        hist.set_bucket(buckets);
-        m.set_histogram(hist);
-    });
-    f
-}
-
 /// Builds every family from the node as it is now, in the text format.
 pub(crate) fn render(node: &Node, service: Option<&ServiceStats>) -> String {
+    let st = stats(node);
     let mut out: Vec<Family> = Vec::new();
-    let shards = &node.shards;
-    let sum = |f: &dyn Fn(&crate::shard::ShardStats) -> u64| -> u64 {
-        shards.iter().map(|s| f(&s.stats)).sum()
-    };
-    let st = &node.stats;
+    node_families(&mut out, node, &st);
+    key_families(&mut out, node, &st);
+    error_families(&mut out, node, &st);
+    decision_families(&mut out, node);
+    rule_families(&mut out, node, service);
+    if let Some(service) = service {
+        service_families(&mut out, service);
+    }
+    let mut lat = LatencySnapshot::default();
+    for s in &node.shards {
+        s.stats.metrics.check_latency.add_to(&mut lat);
+    }
+    out.push(histogram(
+        "bucketd_check_duration_seconds",
+        "Time from a check being read to its reply being written (a replicated check includes its replication).",
+        &lat,
+    ));
+    raft_families(&mut out, node);
 
+    let families: Vec<MetricFamily> = out
+        .into_iter()
+        .map(|f| f.0)
+        .filter(|f| !f.get_metric().is_empty())
+        .collect();
+    let mut text = String::new();
+    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut text) {
+        tracing::warn!("metrics encoding failed: {e}");
+    }
+    text
+}
+
+/// The node itself: version, uptime, clients, requests.
+fn node_families(out: &mut Vec<Family>, node: &Node, st: &NodeReport) {
+    let ns = &node.stats;
     let mut info = gauge("bucketd_info", "The node's version and mode; always 1.");
     let mode = if node.cluster().is_some() {
         "cluster"
@@ -199,37 +136,39 @@ pub(crate) fn render(node: &Node, service: Option<&ServiceStats>) -> String {
     out.push(one_counter(
         "redis_connections_received_total",
         "Client connections accepted.",
-        st.connections_received.load(Ordering::Relaxed) as f64,
+        ns.connections_received.load(Ordering::Relaxed) as f64,
     ));
     out.push(one_counter(
         "redis_rejected_connections_total",
         "Client connections refused at maxclients.",
-        st.rejected_connections.load(Ordering::Relaxed) as f64,
+        ns.rejected_connections.load(Ordering::Relaxed) as f64,
     ));
     out.push(one_counter(
         "redis_commands_processed_total",
         "Requests handled, of any command.",
-        sum(&|s| s.requests.load(Ordering::Relaxed)) as f64,
+        st.requests as f64,
     ));
+}
 
-    let keys = sum(&|s| s.keys.load(Ordering::Relaxed));
+/// The keys and the memory they take, on the node and by shard.
+fn key_families(out: &mut Vec<Family>, node: &Node, st: &NodeReport) {
     let mut db = gauge("redis_db_keys", "Keys held.");
-    db.gauge(&[("db", "db0")], keys as f64);
+    db.gauge(&[("db", "db0")], st.keys as f64);
     out.push(db);
     out.push(one_counter(
         "redis_expired_keys_total",
         "Keys removed as they expired.",
-        sum(&|s| s.expired.load(Ordering::Relaxed)) as f64,
+        st.expired as f64,
     ));
     out.push(one_gauge(
         "redis_memory_used_bytes",
         "Bytes the keys take, by the node's own count.",
-        sum(&|s| s.bytes.load(Ordering::Relaxed)) as f64,
+        st.used_bytes as f64,
     ));
     out.push(one_gauge(
         "redis_memory_used_rss_bytes",
         "Resident set size of the process.",
-        rss_bytes() as f64,
+        st.rss_bytes as f64,
     ));
     out.push(one_gauge(
         "redis_memory_max_bytes",
@@ -242,49 +181,40 @@ pub(crate) fn render(node: &Node, service: Option<&ServiceStats>) -> String {
         "bucketd_shard_memory_bytes",
         "Bytes the keys take, by shard.",
     );
-    for s in shards.iter() {
+    for s in &st.shards {
         let id = s.id.to_string();
-        shard_keys.gauge(
-            &[("shard", &id)],
-            s.stats.keys.load(Ordering::Relaxed) as f64,
-        );
-        shard_bytes.gauge(
-            &[("shard", &id)],
-            s.stats.bytes.load(Ordering::Relaxed) as f64,
-        );
+        shard_keys.gauge(&[("shard", &id)], s.keys as f64);
+        shard_bytes.gauge(&[("shard", &id)], s.bytes as f64);
     }
     out.push(shard_keys);
     out.push(shard_bytes);
+}
 
-    // Error replies by code (ERR, WRONGTYPE, OOM, MOVED, TRYAGAIN, CLUSTERDOWN...).
-    let mut errors: Vec<(&str, u64)> = Vec::new();
-    for s in shards.iter() {
-        for (i, (code, n)) in s.stats.errors.snapshot().enumerate() {
-            match errors.get_mut(i) {
-                Some(e) => e.1 += n,
-                None => errors.push((code, n)),
-            }
-        }
-    }
+/// Error replies by code (ERR, WRONGTYPE, OOM, MOVED, TRYAGAIN, CLUSTERDOWN...), and
+/// connections closed for a malformed request.
+fn error_families(out: &mut Vec<Family>, node: &Node, st: &NodeReport) {
     let mut errs = counter("redis_errors_total", "Error replies sent, by error code.");
-    for (code, n) in errors.iter().filter(|e| e.1 > 0) {
+    for (code, n) in st.errors.iter().filter(|e| e.1 > 0) {
         errs.counter(&[("err", code)], *n as f64);
     }
     out.push(errs);
     out.push(one_counter(
         "bucketd_protocol_errors_total",
         "Connections closed for a malformed request.",
-        st.protocol_errors.load(Ordering::Relaxed) as f64,
+        node.stats.protocol_errors.load(Ordering::Relaxed) as f64,
     ));
+}
 
-    // Decisions, by command and by rule.
+/// Decisions by command and result.
+fn decision_families(out: &mut Vec<Family>, node: &Node) {
     let mut checks = counter(
         "bucketd_checks_total",
         "Limit decisions this node answered, by command and result.",
     );
     for kind in CheckKind::ALL {
         for (i, result) in ["allowed", "denied"].iter().enumerate() {
-            let n: u64 = shards
+            let n: u64 = node
+                .shards
                 .iter()
                 .map(|s| s.stats.metrics.decided[kind as usize][i].load(Ordering::Relaxed))
                 .sum();
@@ -292,24 +222,27 @@ pub(crate) fn render(node: &Node, service: Option<&ServiceStats>) -> String {
         }
     }
     out.push(checks);
+}
+
+/// Decisions by rule: the RESP rules' checks and the rate limit service's hits together.
+fn rule_families(out: &mut Vec<Family>, node: &Node, service: Option<&ServiceStats>) {
     let rules = node.rules.load();
-    // By rule: `[allowed, denied, denied but answered allowed (shadow mode)]`, the RESP rules'
-    // checks and the rate limit service's hits together.
+    // By rule: `[allowed, denied, denied but answered allowed (shadow mode)]`.
     let mut by_rule: std::collections::BTreeMap<String, [u64; 3]> = Default::default();
-    for s in shards.iter() {
-        for (name, [within, over, shadowed]) in s.stats.metrics.rules(|n| rules.get(n).is_some()) {
-            let e = by_rule.entry(name).or_default();
-            e[0] += within;
-            e[1] += over + shadowed;
-            e[2] += shadowed;
+    let mut add = |name: String, [within, over, shadowed]: [u64; 3]| {
+        let e = by_rule.entry(name).or_default();
+        e[0] += within;
+        e[1] += over + shadowed;
+        e[2] += shadowed;
+    };
+    for s in &node.shards {
+        for (name, hits) in s.stats.metrics.rules(|n| rules.get(n).is_some()) {
+            add(name, hits);
         }
     }
     if let Some(service) = service {
-        for (name, [within, over, shadowed]) in service.by_rule.iter().cloned() {
-            let e = by_rule.entry(name).or_default();
-            e[0] += within;
-            e[1] += over + shadowed;
-            e[2] += shadowed;
+        for (name, hits) in &service.by_rule {
+            add(name.clone(), *hits);
         }
     }
     let mut hits = counter(
@@ -334,101 +267,84 @@ pub(crate) fn render(node: &Node, service: Option<&ServiceStats>) -> String {
         within.counter(&[("rule", name)], *allowed as f64);
         shadow.counter(&[("rule", name)], *shadowed as f64);
     }
-    out.push(hits);
-    out.push(over);
-    out.push(within);
-    out.push(shadow);
-    if let Some(st) = service {
-        let mut answers = counter(
-            "bucketd_rls_requests_total",
-            "ShouldRateLimit calls of the rate limit service, by overall code (error: refused with a gRPC error).",
-        );
-        for (i, code) in ["ok", "over_limit"].iter().enumerate() {
-            answers.counter(&[("code", code)], st.answers[i] as f64);
-        }
-        answers.counter(&[("code", "error")], st.errors as f64);
-        out.push(answers);
-        let mut reloads = counter(
-            "bucketd_rls_config_reloads_total",
-            "Changes to the rate limit service's configuration files, by result (error: refused, the configuration in force kept).",
-        );
-        reloads.counter(&[("result", "success")], st.reloads as f64);
-        reloads.counter(&[("result", "error")], st.reload_errors as f64);
-        out.push(reloads);
-    }
-    let mut lat = LatencySnapshot::default();
-    for s in shards.iter() {
-        s.stats.metrics.check_latency.add_to(&mut lat);
-    }
-    out.push(histogram(
-        "bucketd_check_duration_seconds",
-        "Time from a check being read to its reply being written (a replicated check includes its replication).",
-        &lat,
-    ));
+    out.extend([hits, over, within, shadow]);
+}
 
-    if let Some(c) = node.cluster() {
-        let groups = c.group_metrics();
-        let mut leader = gauge("bucketd_raft_leader", "1 if this node leads the group.");
-        let mut term = gauge("bucketd_raft_term", "The group's current term here.");
-        let mut commit = gauge(
-            "bucketd_raft_commit_index",
-            "The group's last committed log index known here.",
-        );
-        let mut applied = gauge(
-            "bucketd_raft_applied_index",
-            "The group's last log index applied here.",
-        );
-        let mut lag = gauge(
-            "bucketd_raft_apply_lag",
-            "Committed entries of the group not yet applied here.",
-        );
-        let mut changes = counter(
-            "bucketd_raft_leader_changes_total",
-            "Changes of the group's leader seen here.",
-        );
-        let mut proposals = counter(
-            "bucketd_raft_proposals_total",
-            "Log entries proposed for the group through this node.",
-        );
-        for g in &groups {
-            let name = if g.meta {
-                "meta".to_string()
-            } else {
-                g.group.to_string()
-            };
-            let l = [("group", name.as_str())];
-            leader.gauge(&l, f64::from(u8::from(g.leader)));
-            term.gauge(&l, g.term as f64);
-            commit.gauge(&l, g.committed as f64);
-            applied.gauge(&l, g.applied as f64);
-            lag.gauge(&l, g.committed.saturating_sub(g.applied) as f64);
-            changes.counter(&l, g.leader_changes as f64);
-            proposals.counter(&l, g.proposals as f64);
-        }
-        out.extend([leader, term, commit, applied, lag, changes, proposals]);
-        let meta = c.metadata();
-        let mut moves = gauge(
-            "bucketd_cluster_moves_in_progress",
-            "Groups whose replicas are being moved to their planned nodes.",
-        );
-        moves.gauge(&[], meta.moves_in_progress() as f64);
-        out.push(moves);
-        let mut replicas = gauge(
-            "bucketd_cluster_replicas",
-            "Group replicas this node holds (the metadata group's included).",
-        );
-        replicas.gauge(&[], groups.len() as f64);
-        out.push(replicas);
+/// The rate limit service's answers and configuration reloads.
+fn service_families(out: &mut Vec<Family>, st: &ServiceStats) {
+    let mut answers = counter(
+        "bucketd_rls_requests_total",
+        "ShouldRateLimit calls of the rate limit service, by overall code (error: refused with a gRPC error).",
+    );
+    for (i, code) in ["ok", "over_limit"].iter().enumerate() {
+        answers.counter(&[("code", code)], st.answers[i] as f64);
     }
+    answers.counter(&[("code", "error")], st.errors as f64);
+    out.push(answers);
+    let mut reloads = counter(
+        "bucketd_rls_config_reloads_total",
+        "Changes to the rate limit service's configuration files, by result (error: refused, the configuration in force kept).",
+    );
+    reloads.counter(&[("result", "success")], st.reloads as f64);
+    reloads.counter(&[("result", "error")], st.reload_errors as f64);
+    out.push(reloads);
+}
 
-    let families: Vec<MetricFamily> = out
-        .into_iter()
-        .map(|f| f.0)
-        .filter(|f| !f.get_metric().is_empty())
-        .collect();
-    let mut text = String::new();
-    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut text) {
-        tracing::warn!("metrics encoding failed: {e}");
+/// The Raft groups' state here, in cluster mode.
+fn raft_families(out: &mut Vec<Family>, node: &Node) {
+    let Some(c) = node.cluster() else {
+        return;
+    };
+    let groups = c.group_metrics();
+    let mut leader = gauge("bucketd_raft_leader", "1 if this node leads the group.");
+    let mut term = gauge("bucketd_raft_term", "The group's current term here.");
+    let mut commit = gauge(
+        "bucketd_raft_commit_index",
+        "The group's last committed log index known here.",
+    );
+    let mut applied = gauge(
+        "bucketd_raft_applied_index",
+        "The group's last log index applied here.",
+    );
+    let mut lag = gauge(
+        "bucketd_raft_apply_lag",
+        "Committed entries of the group not yet applied here.",
+    );
+    let mut changes = counter(
+        "bucketd_raft_leader_changes_total",
+        "Changes of the group's leader seen here.",
+    );
+    let mut proposals = counter(
+        "bucketd_raft_proposals_total",
+        "Log entries proposed for the group through this node.",
+    );
+    for g in &groups {
+        let name = if g.meta {
+            "meta".to_string()
+        } else {
+            g.group.to_string()
+        };
+        let l = [("group", name.as_str())];
+        leader.gauge(&l, f64::from(u8::from(g.leader)));
+        term.gauge(&l, g.term as f64);
+        commit.gauge(&l, g.committed as f64);
+        applied.gauge(&l, g.applied as f64);
+        lag.gauge(&l, g.committed.saturating_sub(g.applied) as f64);
+        changes.counter(&l, g.leader_changes as f64);
+        proposals.counter(&l, g.proposals as f64);
     }
-    text
+    out.extend([leader, term, commit, applied, lag, changes, proposals]);
+    let meta = c.metadata();
+    let mut moves = gauge(
+        "bucketd_cluster_moves_in_progress",
+        "Groups whose replicas are being moved to their planned nodes.",
+    );
+    moves.gauge(&[], meta.moves_in_progress() as f64);
+    out.push(moves);
+    let mut replicas = gauge(
+        "bucketd_cluster_replicas",
+        "Group replicas this node holds (the metadata group's included).",
+    );
+    replicas.gauge(&[], groups.len() as f64);
+    out.push(replicas);
 }

@@ -19,11 +19,12 @@ pub(crate) mod live;
 pub(crate) mod node;
 mod persist;
 mod scatter;
+mod stats;
 mod stream;
 
 pub use crate::shard::set_free_memory_release;
-pub(crate) use info::rss_bytes;
 pub use launch::NodeHandle;
 pub(crate) use launch::{ClientListeners, Shards, serve, share_file_rules, start_shards};
 pub(crate) use live::LiveSettings;
 pub(crate) use node::{ClientInfo, ClientMeta, Node, NodeStats, REDIS_COMPAT_VERSION, VERSION};
+pub(crate) use stats::{NodeReport, stats};
