@@ -4,9 +4,8 @@
 //! dropped first. When bucketd fails, the `FailurePolicy` decides, as for the rate limits; an
 //! open policy counts this gateway's share of the slots in process.
 
-use super::config::FailurePolicy;
-use super::decide::{Metrics, Shared};
 use super::local::Lru;
+use super::metrics::Metrics;
 use crate::client::{Client, Error, Permit};
 use crate::sync::lock;
 use http::StatusCode;
@@ -49,6 +48,15 @@ enum Held {
 }
 
 impl SlotGuard {
+    /// A slot held in bucketd, given back with `permit`.
+    pub(super) fn remote(permit: Permit, client: Client, metrics: Arc<Metrics>) -> SlotGuard {
+        SlotGuard {
+            held: Held::Remote(Some(permit)),
+            client,
+            metrics,
+        }
+    }
+
     /// Gives the slot back, within the client's deadline.
     pub(super) async fn release(mut self) {
         if let Held::Remote(Some(permit)) = &self.held {
@@ -111,6 +119,21 @@ impl LocalInFlight {
         }
     }
 
+    /// Holds one of `limit` local slots for `key` for a request, if one is free.
+    pub(super) fn hold(
+        &self,
+        key: &str,
+        limit: u64,
+        client: Client,
+        metrics: Arc<Metrics>,
+    ) -> Option<SlotGuard> {
+        self.take(key, limit).map(|hold| SlotGuard {
+            held: Held::Local { _hold: hold },
+            client,
+            metrics,
+        })
+    }
+
     /// Takes one of `limit` local slots for `key`, if one is free.
     fn take(&self, key: &str, limit: u64) -> Option<LocalHold> {
         let count = lock(&self.counts)
@@ -122,58 +145,6 @@ impl LocalInFlight {
             })
             .ok()
             .map(|_| LocalHold(count))
-    }
-}
-
-impl Shared {
-    /// The bucketd key of a caller's concurrency limit. The caller is the hash tag, so it
-    /// shares a slot with the caller's rate limits.
-    fn in_flight_key(&self, caller: &str) -> String {
-        format!("{}:{{{caller}}}:inflight", self.prefix)
-    }
-
-    /// Takes one of the caller's slots (no caller: the request is exempt).
-    pub(super) async fn take_slot(&self, caller: Option<&str>) -> Slot {
-        let (Some(opts), Some(caller)) = (self.in_flight, caller) else {
-            return Slot::Free;
-        };
-        let key = self.in_flight_key(caller);
-        let guard = |held| {
-            Slot::Held(SlotGuard {
-                held,
-                client: self.client.clone(),
-                metrics: self.metrics.clone(),
-            })
-        };
-        match self.client.acquire(&key, opts.limit, opts.ttl).await {
-            Ok(a) => match a.permit {
-                Some(permit) => guard(Held::Remote(Some(permit))),
-                // A slot frees as soon as one of the caller's requests completes, usually
-                // long before the holders' ttls (bucketd's wait) run out.
-                None => Slot::Refused {
-                    status: StatusCode::TOO_MANY_REQUESTS,
-                    retry_after: Duration::from_secs(1),
-                },
-            },
-            Err(e) => {
-                self.note_degraded(&e);
-                let status = match self.policy {
-                    FailurePolicy::Open => {
-                        let share = opts.limit.div_ceil(self.gateways).max(1);
-                        if let Some(hold) = self.local_in_flight.take(&key, share) {
-                            return guard(Held::Local { _hold: hold });
-                        }
-                        StatusCode::TOO_MANY_REQUESTS
-                    }
-                    FailurePolicy::Closed => StatusCode::SERVICE_UNAVAILABLE,
-                    FailurePolicy::ClosedTooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-                };
-                Slot::Refused {
-                    status,
-                    retry_after: Duration::from_secs(1),
-                }
-            }
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! State the gateway keeps in process: a bounded least-recently-used map, the fallback token
 //! buckets used while bucketd is unavailable, and the pools of leased tokens.
 
-use super::decide::Figures;
+use super::verdict::Figures;
 use crate::client::Limit;
 use crate::sync::lock;
 use hashbrown::HashMap;

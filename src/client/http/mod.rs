@@ -100,188 +100,26 @@ mod config;
 mod decide;
 mod identity;
 mod in_flight;
+mod layer;
 mod local;
+mod metrics;
+mod service;
+mod shared;
+mod verdict;
 
+pub use config::{FailurePolicy, Rule, Scope};
 pub use identity::AuthenticatedUser;
-
-pub use config::{FailurePolicy, RateLimitBuilder, Rule, Scope};
-pub use decide::{Metrics, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
-
-use super::Client;
-use decide::{Figures, Shared, Verdict};
-use http::StatusCode;
-use http::header::{HeaderValue, RETRY_AFTER};
-use http::{Request, Response};
-use in_flight::Slot;
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
-use tower::{Layer, Service};
-
-/// The layer; cheap to clone, and clones share their state and metrics.
-#[derive(Clone)]
-pub struct RateLimitLayer {
-    shared: Arc<Shared>,
-}
-
-impl fmt::Debug for RateLimitLayer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer")
-            .field("rules", &self.shared.rules)
-            .field("policy", &self.shared.policy)
-            .field("gateways", &self.shared.gateways)
-            .finish()
-    }
-}
-
-impl RateLimitLayer {
-    pub fn builder(client: Client) -> RateLimitBuilder {
-        RateLimitBuilder::new(client)
-    }
-
-    pub fn metrics(&self) -> Arc<Metrics> {
-        self.shared.metrics.clone()
-    }
-
-    /// Keys currently held by the fallback buckets.
-    pub fn fallback_keys(&self) -> usize {
-        self.shared.fallback.len()
-    }
-
-    /// The bucketd keys a request would be checked against, with their rules' names.
-    pub fn keys_for<B>(&self, req: &Request<B>) -> Vec<(String, String)> {
-        let mut parts = Request::new(()).into_parts().0;
-        parts.method = req.method().clone();
-        parts.uri = req.uri().clone();
-        parts.headers = req.headers().clone();
-        parts.extensions = req.extensions().clone();
-        self.shared
-            .applicable(&parts)
-            .rules
-            .into_iter()
-            .map(|(rule, key)| (rule.name.clone(), key))
-            .collect()
-    }
-}
-
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit {
-            inner,
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-/// The service the layer wraps around another.
-#[derive(Clone)]
-pub struct RateLimit<S> {
-    inner: S,
-    shared: Arc<Shared>,
-}
-
-impl<S> fmt::Debug for RateLimit<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimit").finish_non_exhaustive()
-    }
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
-    type Response = Response<ResBody>;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Response<ResBody>, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        // The clone is not ready; the instance polled ready is the one that serves.
-        let ready = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, ready);
-        let shared = self.shared.clone();
-        Box::pin(async move {
-            let (parts, body) = req.into_parts();
-            let limits = shared.applicable(&parts);
-            let figures = match shared.decide(&limits.rules).await {
-                Verdict::Exempt => None,
-                Verdict::Allow(figures) => Some(figures),
-                Verdict::Refuse {
-                    status,
-                    figures,
-                    retry_after,
-                } => return Ok(refusal(&shared, status, Some(figures), retry_after)),
-            };
-            let slot = match shared.take_slot(limits.caller.as_deref()).await {
-                Slot::Free => None,
-                Slot::Held(slot) => Some(slot),
-                Slot::Refused {
-                    status,
-                    retry_after,
-                } => {
-                    shared
-                        .metrics
-                        .in_flight_rejected
-                        .fetch_add(1, Ordering::Relaxed);
-                    return Ok(refusal(&shared, status, figures, retry_after));
-                }
-            };
-            if figures.is_some() || slot.is_some() {
-                shared.metrics.allowed.fetch_add(1, Ordering::Relaxed);
-            }
-            // The slot lives in this future until the response is there: dropped with it
-            // (the client went away, a timeout layer gave up), it is given back all the same,
-            // from a task of its own. So is it when the service fails, since its error need
-            // not be `Send` and cannot wait here for the release.
-            let mut res = inner.call(Request::from_parts(parts, body)).await?;
-            if let Some(slot) = slot {
-                slot.release().await;
-            }
-            if let Some(figures) = figures {
-                figures.write(res.headers_mut());
-            }
-            Ok(res)
-        })
-    }
-}
-
-/// A refused request's response: an empty body, the rate-limit headers when rules applied,
-/// and `Retry-After` with jitter.
-fn refusal<B: Default>(
-    shared: &Shared,
-    status: StatusCode,
-    figures: Option<Figures>,
-    retry_after: std::time::Duration,
-) -> Response<B> {
-    shared.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-    let mut res = Response::new(B::default());
-    *res.status_mut() = status;
-    if let Some(figures) = figures {
-        figures.write(res.headers_mut());
-    }
-    let secs = shared.retry_after_secs(retry_after);
-    res.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(secs));
-    res
-}
+pub use layer::{RateLimitBuilder, RateLimitLayer};
+pub use metrics::Metrics;
+pub use service::RateLimit;
+pub use verdict::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::Client;
     use crate::client::Limit;
+    use http::Request;
 
     pub(super) fn layer(rules: Vec<Rule>) -> RateLimitLayer {
         let client = Client::new("redis://127.0.0.1:1").unwrap();
