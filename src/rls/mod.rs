@@ -17,8 +17,7 @@ use crate::cluster::typ::GroupId;
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::error::StartError;
 use crate::rules::{Watch, content_hash};
-use crate::server::Node;
-use crate::server::limit_set::{Parts, SetError};
+use crate::server::{LimitSetParts, Node, SetError};
 use crate::shard::metrics::Verdict;
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
@@ -171,7 +170,7 @@ pub(crate) async fn serve(
 /// cluster.
 pub(crate) struct NodeParts<'a>(pub(crate) &'a Node);
 
-impl Parts for NodeParts<'_> {
+impl LimitSetParts for NodeParts<'_> {
     fn part_of(&self, key: &[u8]) -> usize {
         match self.0.cluster() {
             Some(c) => c.group_of_slot(key_slot(key)) as usize,

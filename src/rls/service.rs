@@ -5,8 +5,7 @@ use super::config::{Decide, Limit, Unit};
 use super::{NodeParts, Rls};
 use crate::cmd::keyed::{LimitReply, Reply};
 use crate::limiter::Algorithm;
-use crate::server::Node;
-use crate::server::limit_set::{self, SetError, SetLimit};
+use crate::server::{Node, SetError, SetLimit, decide_limit_set};
 use crate::shard::metrics::Verdict;
 use crate::shutdown::Shutdown;
 use bytes::Bytes;
@@ -92,50 +91,23 @@ struct Item {
 
 impl Service {
     async fn decide(&self, req: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        if req.domain.is_empty() {
-            return Err(Status::invalid_argument(
-                "rate limit domain must not be empty",
-            ));
-        }
-        if req.descriptors.is_empty() {
-            return Err(Status::invalid_argument(
-                "rate limit descriptor list must not be empty",
-            ));
-        }
-        if req.descriptors.len() > MAX_DESCRIPTORS {
-            return Err(Status::invalid_argument(format!(
-                "{} descriptors in one request; at most {MAX_DESCRIPTORS}",
-                req.descriptors.len()
-            )));
-        }
-        let mut bytes = req.domain.len();
-        for d in &req.descriptors {
-            if d.entries.is_empty() {
-                return Err(Status::invalid_argument("a descriptor has no entries"));
-            }
-            if d.is_negative_hits {
-                // Counting it as a positive hit would take what the caller meant to give back.
-                return Err(Status::invalid_argument(
-                    "is_negative_hits is not supported: hits are only ever counted up",
-                ));
-            }
-            if d.entries.len() > MAX_ENTRIES {
-                return Err(Status::invalid_argument(format!(
-                    "a descriptor has {} entries; at most {MAX_ENTRIES}",
-                    d.entries.len()
-                )));
-            }
-            bytes += d
-                .entries
-                .iter()
-                .map(|e| e.key.len() + e.value.len())
-                .sum::<usize>();
-        }
-        if bytes > MAX_DESCRIPTOR_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "descriptors of {bytes} bytes; at most {MAX_DESCRIPTOR_BYTES}"
-            )));
-        }
+        check_bounds(&req)?;
+        let (mut items, keys) = self.match_descriptors(&req)?;
+        drop_replaced(&mut items);
+        let (set, blocked) = limit_set_of(&mut items, keys);
+        let now = self.node.clock.now_ns();
+        let mut each = if set.is_empty() {
+            Vec::new()
+        } else {
+            self.decide_set(&set, blocked).await?
+        };
+        each.truncate(set.len());
+        Ok(self.answer(&items, &each, now))
+    }
+
+    /// Each descriptor with the limit that applies to it (one given in the request, or the
+    /// configuration's), and the counter it counts in.
+    fn match_descriptors(&self, req: &RateLimitRequest) -> Result<(Vec<Item>, Vec<Bytes>), Status> {
         let config = self.rls.config();
         let hits = u64::from(req.hits_addend.max(1));
         let mut items: Vec<Item> = Vec::with_capacity(req.descriptors.len());
@@ -169,77 +141,28 @@ impl Service {
                 in_set: None,
             });
         }
-        drop(config);
-        // A limit named in another matched limit's `replaces` is not applied.
-        let replaced: Vec<String> = items
-            .iter()
-            .filter_map(|i| i.limit.as_ref())
-            .flat_map(|l| l.replaces.iter().cloned())
-            .collect();
-        if !replaced.is_empty() {
-            for it in &mut items {
-                if it
-                    .limit
-                    .as_ref()
-                    .and_then(|l| l.name.as_ref())
-                    .is_some_and(|n| replaced.contains(n))
-                {
-                    it.limit = None;
-                }
-            }
-        }
-        // The limits the shards decide; the same counter named twice is one limit, costing
-        // both descriptors' hits.
-        let mut set: Vec<SetLimit> = Vec::new();
-        let mut blocked = false;
-        for (it, key) in items.iter_mut().zip(keys) {
-            let Some(limit) = &it.limit else { continue };
-            match limit.decide {
-                Decide::Unlimited => {}
-                Decide::Never => blocked |= !limit.shadow,
-                Decide::Rule(rule) => {
-                    if let Some(at) = set.iter().position(|s| s.key == key) {
-                        set[at].cost += it.hits;
-                        it.in_set = Some(at);
-                    } else {
-                        it.in_set = Some(set.len());
-                        set.push(SetLimit {
-                            key,
-                            rule,
-                            cost: it.hits,
-                            shadow: limit.shadow,
-                        });
-                    }
-                }
-            }
-        }
-        let now = self.node.clock.now_ns();
-        // A block-listed descriptor refuses the request: the others are only read, so nothing
-        // is taken.
-        let mut each = if set.is_empty() {
-            Vec::new()
-        } else {
-            match limit_set::decide(&NodeParts(&self.node), &set, blocked).await {
-                Ok(o) => {
-                    let mut each = o.each;
-                    if blocked && o.allowed {
-                        // Every limit was read as if taken: report what they hold, untaken.
-                        for (r, l) in each.iter_mut().zip(&set) {
-                            if r[0] == 1 {
-                                r[2] = r[2].saturating_add(i64::try_from(l.cost).unwrap_or(0));
-                            }
+        Ok((items, keys))
+    }
+
+    /// The set decided in one round to the shards. With a block-listed descriptor the limits
+    /// are only read, so nothing is taken, and the request is refused.
+    async fn decide_set(&self, set: &[SetLimit], blocked: bool) -> Result<Vec<LimitReply>, Status> {
+        match decide_limit_set(&NodeParts(&self.node), set, blocked).await {
+            Ok(o) => {
+                let mut each = o.each;
+                if blocked && o.allowed {
+                    // Every limit was read as if taken: report what they hold, untaken.
+                    for (r, l) in each.iter_mut().zip(set) {
+                        if r[0] == 1 {
+                            r[2] = r[2].saturating_add(i64::try_from(l.cost).unwrap_or(0));
                         }
                     }
-                    each
                 }
-                Err(SetError::Gone) => {
-                    return Err(Status::unavailable("the node is shutting down"));
-                }
-                Err(SetError::Reply(r)) => return Err(status_of(&r)),
+                Ok(each)
             }
-        };
-        each.truncate(set.len());
-        Ok(self.answer(&items, &each, now))
+            Err(SetError::Gone) => Err(Status::unavailable("the node is shutting down")),
+            Err(SetError::Reply(r)) => Err(status_of(&r)),
+        }
     }
 
     fn answer(&self, items: &[Item], each: &[LimitReply], now: u64) -> RateLimitResponse {
@@ -323,6 +246,107 @@ impl Service {
             ..Default::default()
         }
     }
+}
+
+/// Refuses a request outside the bounds one request may have, before anything is matched.
+fn check_bounds(req: &RateLimitRequest) -> Result<(), Status> {
+    if req.domain.is_empty() {
+        return Err(Status::invalid_argument(
+            "rate limit domain must not be empty",
+        ));
+    }
+    if req.descriptors.is_empty() {
+        return Err(Status::invalid_argument(
+            "rate limit descriptor list must not be empty",
+        ));
+    }
+    if req.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(Status::invalid_argument(format!(
+            "{} descriptors in one request; at most {MAX_DESCRIPTORS}",
+            req.descriptors.len()
+        )));
+    }
+    let mut bytes = req.domain.len();
+    for d in &req.descriptors {
+        if d.entries.is_empty() {
+            return Err(Status::invalid_argument("a descriptor has no entries"));
+        }
+        if d.is_negative_hits {
+            // Counting it as a positive hit would take what the caller meant to give back.
+            return Err(Status::invalid_argument(
+                "is_negative_hits is not supported: hits are only ever counted up",
+            ));
+        }
+        if d.entries.len() > MAX_ENTRIES {
+            return Err(Status::invalid_argument(format!(
+                "a descriptor has {} entries; at most {MAX_ENTRIES}",
+                d.entries.len()
+            )));
+        }
+        bytes += d
+            .entries
+            .iter()
+            .map(|e| e.key.len() + e.value.len())
+            .sum::<usize>();
+    }
+    if bytes > MAX_DESCRIPTOR_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "descriptors of {bytes} bytes; at most {MAX_DESCRIPTOR_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
+/// A limit named in another matched limit's `replaces` is not applied.
+fn drop_replaced(items: &mut [Item]) {
+    let replaced: Vec<String> = items
+        .iter()
+        .filter_map(|i| i.limit.as_ref())
+        .flat_map(|l| l.replaces.iter().cloned())
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for it in items {
+        if it
+            .limit
+            .as_ref()
+            .and_then(|l| l.name.as_ref())
+            .is_some_and(|n| replaced.contains(n))
+        {
+            it.limit = None;
+        }
+    }
+}
+
+/// The limits the shards decide, each item told its place in the set, and whether a
+/// block-listed descriptor refuses the request. The same counter named twice is one limit,
+/// costing both descriptors' hits.
+fn limit_set_of(items: &mut [Item], keys: Vec<Bytes>) -> (Vec<SetLimit>, bool) {
+    let mut set: Vec<SetLimit> = Vec::new();
+    let mut blocked = false;
+    for (it, key) in items.iter_mut().zip(keys) {
+        let Some(limit) = &it.limit else { continue };
+        match limit.decide {
+            Decide::Unlimited => {}
+            Decide::Never => blocked |= !limit.shadow,
+            Decide::Rule(rule) => {
+                if let Some(at) = set.iter().position(|s| s.key == key) {
+                    set[at].cost += it.hits;
+                    it.in_set = Some(at);
+                } else {
+                    it.in_set = Some(set.len());
+                    set.push(SetLimit {
+                        key,
+                        rule,
+                        cost: it.hits,
+                        shadow: limit.shadow,
+                    });
+                }
+            }
+        }
+    }
+    (set, blocked)
 }
 
 /// The RateLimit-* headers envoyproxy/ratelimit sets, from the limited descriptor with the

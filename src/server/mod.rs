@@ -25,6 +25,9 @@ mod stream;
 pub use crate::shard::set_free_memory_release;
 pub use launch::NodeHandle;
 pub(crate) use launch::{ClientListeners, Shards, serve, share_file_rules, start_shards};
+pub(crate) use limit_set::{
+    Parts as LimitSetParts, SetError, SetLimit, decide as decide_limit_set,
+};
 pub(crate) use live::LiveSettings;
 pub(crate) use node::{ClientInfo, ClientMeta, Node, NodeStats, REDIS_COMPAT_VERSION, VERSION};
 pub(crate) use stats::{NodeReport, stats};
