@@ -299,26 +299,53 @@ fn list<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<V
 const MAX_DEPTH: usize = 32;
 const MAX_DESCRIPTORS: usize = 100_000;
 
+/// Why the rate limit service's configuration was refused, in envoyproxy/ratelimit's words
+/// where it has them.
+#[derive(Debug)]
+pub(crate) enum ConfigError {
+    /// A file could not be read.
+    Read { path: String, error: std::io::Error },
+    /// The directory could not be listed.
+    ReadDir { path: String, error: std::io::Error },
+    /// A file does not load: its name and why.
+    File { name: String, reason: String },
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::Read { path, error } => write!(f, "cannot read {path}: {error}"),
+            ConfigError::ReadDir { path, error } => {
+                write!(f, "cannot read directory {path}: {error}")
+            }
+            ConfigError::File { name, reason } => write!(f, "{name}: {reason}"),
+        }
+    }
+}
+
 /// Builds a configuration from files' texts, `(name, text)`: every file must load, or the
 /// whole set is refused with the first error, prefixed by the file's name.
-pub(crate) fn parse(files: &[(String, String)]) -> Result<RlsConfig, String> {
+pub(crate) fn parse(files: &[(String, String)]) -> Result<RlsConfig, ConfigError> {
     let mut config = RlsConfig::default();
     let mut count = 0usize;
     for (name, text) in files {
+        let refuse = |reason: String| ConfigError::File {
+            name: name.clone(),
+            reason,
+        };
         let root: YamlRoot = serde_yaml_ng::from_str(text)
-            .map_err(|e| format!("{name}: error loading config file: {e}"))?;
+            .map_err(|e| refuse(format!("error loading config file: {e}")))?;
         if root.domain.is_empty() {
-            return Err(format!("{name}: config file cannot have empty domain"));
+            return Err(refuse("config file cannot have empty domain".into()));
         }
         if config.domains.contains_key(&root.domain) {
-            return Err(format!(
-                "{name}: duplicate domain '{}' in config file",
+            return Err(refuse(format!(
+                "duplicate domain '{}' in config file",
                 root.domain
-            ));
+            )));
         }
         let mut level = Level::default();
-        load_level(&mut level, &root.descriptors, &root.domain, 0, &mut count)
-            .map_err(|e| format!("{name}: {e}"))?;
+        load_level(&mut level, &root.descriptors, &root.domain, 0, &mut count).map_err(refuse)?;
         config.domains.insert(root.domain, level);
     }
     Ok(config)
@@ -422,15 +449,21 @@ fn load_limit(r: &YamlRateLimit, d: &YamlDescriptor, path: &str) -> Result<Limit
 
 /// Reads the configuration's files: the file itself, or every `*.yaml` and `*.yml` file of a
 /// directory (not hidden ones), in name order.
-pub(crate) fn read_files(path: &Path) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn read_files(path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
     let read = |p: &Path| {
-        std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+        std::fs::read_to_string(p).map_err(|error| ConfigError::Read {
+            path: p.display().to_string(),
+            error,
+        })
     };
     if !path.is_dir() {
         return Ok(vec![(path.display().to_string(), read(path)?)]);
     }
     let mut names: Vec<_> = std::fs::read_dir(path)
-        .map_err(|e| format!("cannot read directory {}: {e}", path.display()))?
+        .map_err(|error| ConfigError::ReadDir {
+            path: path.display().to_string(),
+            error,
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -451,7 +484,7 @@ mod tests {
     use super::*;
 
     fn one(text: &str) -> Result<RlsConfig, String> {
-        parse(&[("test.yaml".to_string(), text.to_string())])
+        parse(&[("test.yaml".to_string(), text.to_string())]).map_err(|e| e.to_string())
     }
 
     const MESSAGING: &str = "
@@ -572,6 +605,7 @@ descriptors:
         ]);
         assert!(
             two.err()
+                .map(|e| e.to_string())
                 .unwrap_or_default()
                 .contains("b.yaml: duplicate domain 'd'")
         );

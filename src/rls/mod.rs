@@ -85,8 +85,8 @@ impl RlsStats {
 impl Rls {
     /// Loads the configuration; one that does not load stops the node.
     pub(crate) fn open(path: PathBuf, headers: bool) -> Result<Rls, StartError> {
-        let files = config::read_files(&path).map_err(StartError::Rls)?;
-        let parsed = config::parse(&files).map_err(StartError::Rls)?;
+        let files = config::read_files(&path).map_err(|e| StartError::Rls(e.to_string()))?;
+        let parsed = config::parse(&files).map_err(|e| StartError::Rls(e.to_string()))?;
         tracing::info!(
             domains = parsed.domains(),
             "rate limit service configuration loaded from {}",
@@ -107,7 +107,7 @@ impl Rls {
 
     /// Re-reads the configuration once its files have changed and settled. `Ok(None)`: nothing
     /// to apply; `Err`: the new files were refused and the configuration in force is kept.
-    fn reload_if_changed(&self) -> Result<Option<usize>, String> {
+    fn reload_if_changed(&self) -> Result<Option<usize>, config::ConfigError> {
         let Ok(files) = config::read_files(&self.path) else {
             // A file being replaced may be briefly missing; the next poll sees it again.
             return Ok(None);

@@ -227,9 +227,40 @@ pub(crate) struct Applied {
     pub caps_switched: bool,
 }
 
-/// CONFIG SET with one or more `name value` pairs, all or nothing. Errors are Redis 7.0's
-/// replies word for word.
-pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applied, String> {
+/// Why CONFIG SET changed nothing; its text is Redis 7.0's reply word for word.
+#[derive(Debug)]
+pub(crate) enum ConfigSetError {
+    /// A name that is no setting, as the client spelled it.
+    Unknown(String),
+    /// A setting that cannot take the value (or cannot be set, or was named twice): the name
+    /// and Redis's reason.
+    Refused { name: String, why: String },
+}
+
+impl std::fmt::Display for ConfigSetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSetError::Unknown(name) => write!(
+                f,
+                "ERR Unknown option or number of arguments for CONFIG SET - '{name}'"
+            ),
+            ConfigSetError::Refused { name, why } => write!(
+                f,
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+            ),
+        }
+    }
+}
+
+/// The error reply's text.
+impl From<ConfigSetError> for String {
+    fn from(e: ConfigSetError) -> String {
+        e.to_string()
+    }
+}
+
+/// CONFIG SET with one or more `name value` pairs, all or nothing.
+pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applied, ConfigSetError> {
     let mut chosen: Vec<(&'static str, &Bytes)> = Vec::with_capacity(pairs.len());
     // Redis reports the first unknown, read-only or repeated name, as the client spelled it.
     for (name, value) in pairs {
@@ -238,12 +269,11 @@ pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applie
             .iter()
             .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
         else {
-            return Err(format!(
-                "ERR Unknown option or number of arguments for CONFIG SET - '{given}'"
-            ));
+            return Err(ConfigSetError::Unknown(given.into_owned()));
         };
-        let refuse = |why: &str| {
-            format!("ERR CONFIG SET failed (possibly related to argument '{given}') - {why}")
+        let refuse = |why: &str| ConfigSetError::Refused {
+            name: given.to_string(),
+            why: why.to_string(),
         };
         if kind == Kind::Immutable {
             return Err(refuse("can't set immutable config"));
@@ -255,8 +285,9 @@ pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applie
     }
     let mut changes = Vec::with_capacity(chosen.len());
     for (name, value) in &chosen {
-        let change = parse_value(name, value).map_err(|why| {
-            format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")
+        let change = parse_value(name, value).map_err(|why| ConfigSetError::Refused {
+            name: name.to_string(),
+            why,
         })?;
         changes.push(change);
     }

@@ -39,8 +39,35 @@ fn bincode_config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
+/// Why a snapshot could not be saved; the keys in memory are untouched.
+#[derive(Debug)]
+pub(crate) enum SaveError {
+    /// A shard stopped before it handed over its keys.
+    ShardStopped,
+    /// A partition's keys did not encode.
+    Encode(bincode::error::EncodeError),
+    /// A partition's keys encode to more than a chunk can say.
+    TooLarge,
+    /// The file could not be written.
+    Write(std::io::Error),
+    /// The task writing the file failed.
+    Task(tokio::task::JoinError),
+}
+
+impl std::fmt::Display for SaveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SaveError::ShardStopped => f.write_str("a shard stopped"),
+            SaveError::Encode(e) => write!(f, "{e}"),
+            SaveError::TooLarge => f.write_str("a partition is too large"),
+            SaveError::Write(e) => write!(f, "{e}"),
+            SaveError::Task(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// Copies every shard's keys, a partition at a time, into the snapshot's bytes.
-async fn encode(node: &Node) -> Result<(Vec<u8>, u64), String> {
+async fn encode(node: &Node) -> Result<(Vec<u8>, u64), SaveError> {
     let mut out = Vec::with_capacity(1 << 20);
     out.extend_from_slice(HEADER);
     let mut count: u64 = 0;
@@ -51,15 +78,15 @@ async fn encode(node: &Node) -> Result<(Vec<u8>, u64), String> {
             shard
                 .send(ShardMsg::ExportPart { part, now, reply })
                 .await
-                .map_err(|_| "a shard stopped".to_string())?;
-            let records = rx.await.map_err(|_| "a shard stopped".to_string())?;
+                .map_err(|_| SaveError::ShardStopped)?;
+            let records = rx.await.map_err(|_| SaveError::ShardStopped)?;
             if records.is_empty() {
                 continue;
             }
             count += records.len() as u64;
             let body = bincode::serde::encode_to_vec(&records, bincode_config())
-                .map_err(|e| e.to_string())?;
-            let len = u32::try_from(body.len()).map_err(|_| "a partition is too large")?;
+                .map_err(SaveError::Encode)?;
+            let len = u32::try_from(body.len()).map_err(|_| SaveError::TooLarge)?;
             out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
             out.extend_from_slice(&body);
@@ -86,13 +113,13 @@ fn write_atomically(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Takes a snapshot now; returns the number of keys saved.
-pub(crate) async fn save(node: &Node, dir: &Path) -> Result<u64, String> {
+pub(crate) async fn save(node: &Node, dir: &Path) -> Result<u64, SaveError> {
     let (bytes, count) = encode(node).await?;
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || write_atomically(&dir, &bytes))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(SaveError::Task)?
+        .map_err(SaveError::Write)?;
     Ok(count)
 }
 
