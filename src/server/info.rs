@@ -1,6 +1,6 @@
 //! The INFO text: Redis's sections, plus bucketd's own.
 
-use super::stats::{NodeReport, stats};
+use super::report::{NodeReport, stats};
 use super::{Node, REDIS_COMPAT_VERSION, VERSION};
 use std::fmt::Write;
 use std::sync::atomic::Ordering;

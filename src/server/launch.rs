@@ -1,4 +1,4 @@
-//! The node's parts that serve clients, in the order the composition root (`crate::start`)
+//! The node's parts that serve clients, in the order the composition root (`start.rs`)
 //! puts them together: the client listeners, the shard threads around one `Node`, and the
 //! node's own tasks (the acceptors, the snapshot, the rules file, the rates); and
 //! `NodeHandle`, which stops them all.

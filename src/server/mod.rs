@@ -1,5 +1,5 @@
 //! The node: what its shard threads share (`Node`), the parts the composition root
-//! (`crate::start`) puts together (client listeners, shard threads, the node's tasks), and
+//! (`start.rs`) puts together (client listeners, shard threads, the node's tasks), and
 //! `NodeHandle`, which stops them.
 //!
 //! Each accepted connection is placed on one shard's event loop, round-robin (`accept`). Its
@@ -18,8 +18,8 @@ pub(crate) mod limit_set;
 pub(crate) mod live;
 pub(crate) mod node;
 mod persist;
+mod report;
 mod scatter;
-mod stats;
 mod stream;
 
 pub use crate::shard::set_free_memory_release;
@@ -30,4 +30,4 @@ pub(crate) use limit_set::{
 };
 pub(crate) use live::LiveSettings;
 pub(crate) use node::{ClientInfo, ClientMeta, Node, NodeStats, REDIS_COMPAT_VERSION, VERSION};
-pub(crate) use stats::{NodeReport, stats};
+pub(crate) use report::{NodeReport, stats};
