@@ -1,7 +1,7 @@
 //! Cutting links on purpose, as tests do to simulate a partition: a blocked peer's messages
 //! are dropped in both directions, as a network that lost them would.
 
-use crate::cluster::typ::NodeId;
+use crate::ids::NodeId;
 use std::collections::HashSet;
 use std::sync::RwLock;
 

@@ -3,7 +3,7 @@
 //! secret both ends prove they know it; with neither, the dialing node only says who it is,
 //! and the peer port must be firewalled.
 
-use crate::cluster::typ::NodeId;
+use crate::ids::NodeId;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -6,8 +6,8 @@
 use super::message::{Rpc, RpcOk};
 use super::network::Network;
 use crate::cluster::quiet::{Ping, PingAck};
-use crate::cluster::typ::NodeId;
 use crate::cluster::{next_tick, ticker};
+use crate::ids::NodeId;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;

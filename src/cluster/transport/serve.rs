@@ -8,7 +8,7 @@ use super::message::{PeerError, PeerFrame, Rpc, RpcOk};
 use super::network::Network;
 use super::queue::{QueueRefused, QueueRx, QueueTx, peer_queue};
 use super::wire::{encode, read_frame};
-use crate::cluster::typ::{GroupId, NodeId};
+use crate::ids::{GroupId, NodeId};
 use crate::shutdown::Shutdown;
 use std::future::Future;
 use std::sync::Arc;

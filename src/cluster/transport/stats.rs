@@ -2,7 +2,7 @@
 //! queue refused, peer connections refused), and how often they say so in the log: each is
 //! counted, but a flood of them must not flood the log.
 
-use crate::cluster::typ::NodeId;
+use crate::ids::NodeId;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
