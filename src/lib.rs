@@ -41,6 +41,8 @@ pub mod error;
 #[cfg(feature = "server")]
 mod glob;
 #[cfg(feature = "server")]
+mod ids;
+#[cfg(feature = "server")]
 mod protocol;
 #[cfg(feature = "server")]
 mod rls;
