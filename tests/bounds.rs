@@ -7,8 +7,8 @@
 //! other test of this binary allocates meanwhile.
 
 mod common;
+use bucketd::testing::Node;
 
-use bucketd::internals::server::Node;
 use common::real_redis::{RealRedis, SideBySide};
 use common::{Raw, Resp, TestNode, bounded, encode, wait_for};
 use std::sync::Arc;

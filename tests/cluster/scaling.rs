@@ -16,7 +16,7 @@
 //! (a failed run always does); `SCALING_LOG` sets their log filter (default `warn`).
 
 use crate::harness::*;
-use bucketd::internals::cluster::spec::ClusterSpec;
+use bucketd::testing::ClusterSpec;
 use redis::cluster_async::ClusterConnection;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
