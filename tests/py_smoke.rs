@@ -3,15 +3,13 @@
 
 mod common;
 
+use common::tools::{REDIS_PY, require_python};
 use common::*;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_smoke() {
-    assert!(
-        python_with_redis(),
-        "python3 with redis-py is needed (.ci/run installs it: pip install redis)"
-    );
+    require_python(REDIS_PY);
     bounded(async {
         let node = TestNode::start().await;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/smoke.py");

@@ -6,6 +6,7 @@
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};
+use common::tools::{REDIS_PY, require_python};
 use common::{Resp, TestNode, bounded};
 use std::time::Duration;
 
@@ -213,6 +214,7 @@ async fn a_transaction_is_bounded_by_the_query_buffer_limit() {
 /// must work through it unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_transactional_pipeline() {
+    require_python(REDIS_PY);
     bounded(async {
         let node = TestNode::start().await;
         let script = r#"
