@@ -1,5 +1,7 @@
 //! The real `bucketd` binary: flags, a config file, the log line that names the address,
-//! clients (redis-cli when installed, and the `redis` crate), and a clean exit on SIGTERM.
+//! clients (redis-cli and the `redis` crate), and a clean exit on SIGTERM.
+
+#![cfg(feature = "server")]
 
 mod common;
 

@@ -6,6 +6,8 @@
 //! the reply path, on the process's resident memory; the RSS tests take a lock so that no
 //! other test of this binary allocates meanwhile.
 
+#![cfg(feature = "server")]
+
 mod common;
 use bucketd::testing::Node;
 

@@ -10,6 +10,9 @@
 //!
 //! `BUCKETD_PRINT_GOLDEN=1 cargo test --test encoding -- --nocapture` prints the current bytes
 //! in the table's form, for a value added to the table (never to paper over a change).
+
+#![cfg(feature = "server")]
+
 use bucketd::testing::{
     Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, LogEntry, LogId, Origin, OwnedValue,
     Proposal, Record, Reply, SetCond, SetExpiry, SnapshotBody, TimeCmd, TypeConfig,

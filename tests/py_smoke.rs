@@ -1,6 +1,8 @@
 //! Runs the redis-py smoke test (tests/py/smoke.py) against a node, with python3 and the `redis`
 //! module (redis-py), which `.ci/run` installs.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::tools::{REDIS_PY, require_python};

@@ -1,6 +1,9 @@
 //! The node's Raft log against openraft's storage conformance suite, run for several groups of
 //! one shared log at once, plus recovery of interleaved groups after reopen, torn and damaged
 //! log files, compaction, batching of concurrent groups' writes and the in-memory mode.
+
+#![cfg(feature = "server")]
+
 use bucketd::testing::{
     COMPACT_MIN_BYTES, COMPACT_RATIO, GroupId, GroupLog, GroupStateMachine, KeyCmd, LocalExecutor,
     LogEntry, LogId, NodeLog, Proposal, TypeConfig, Vote,

@@ -2,6 +2,8 @@
 //! LIST, SCAN, INFO), checked side by side against a real `redis-server` 7.0 wherever Redis
 //! defines the reply, and against bucketd's own guarantees where it adds to them.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};

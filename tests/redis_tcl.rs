@@ -2,6 +2,8 @@
 //! suite's external-server mode: `tests/redis-tcl/run.sh`, with the binary cargo built for this
 //! test. skip.txt and pending.txt beside the script say which tests are left out and why.
 
+#![cfg(feature = "server")]
+
 #[path = "common/tools.rs"]
 mod tools;
 

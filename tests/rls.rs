@@ -7,6 +7,8 @@
 //! README, and one of its own. When it needs time to pass it prints `ADVANCE <ms>`; this side
 //! moves the clock and answers `OK`. Its assertions are its own; this side checks it exits 0.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::tools::{GRPC_PY, require_python};

@@ -3,7 +3,7 @@
 //! required, plain text and a silent connection are refused or ignored while everyone else
 //! is served; bad TLS files stop the node with the file's name.
 
-#![cfg(feature = "client-tls")]
+#![cfg(all(feature = "client-tls", feature = "server"))]
 
 #[path = "common/certs.rs"]
 mod certs;

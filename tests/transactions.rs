@@ -3,6 +3,8 @@
 //! bucketd deliberately differs (keys of one transaction must share a slot, as in Redis
 //! Cluster), the difference is asserted on its own.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};
