@@ -70,8 +70,13 @@ pub mod tls;
 /// `StoreValue`, `StoreSlot` and `StoreSemaphore`, not `redis::Value`, the `slot` module or
 /// tokio's `Semaphore`; `ClientTransport`, not the peers' transport).
 ///
-/// What the tests reach through public modules stays there: `server::start`, `NodeHandle`,
-/// `config::Settings`, `error::StartError`, `tls::TlsFiles`, `clock`, `limiter`, `slot`,
+/// `Fields`, `Holders`, `StoreSemaphore` and `ClientTransport` are here because they appear in
+/// the variants of `StoreValue` and `ShardMsg`, not because a test names them today.
+///
+/// What the tests reach through the public modules stays there, as a user would reach it:
+/// `server::start` and what it takes and returns (`config::Settings`, with `tls::TlsFiles`,
+/// `tls::AuthClients` and `config::User` in its fields; `server::NodeHandle`;
+/// `error::StartError`), `tls::install_default_provider`, `clock`, `limiter`, `slot` and
 /// `client`.
 #[cfg(feature = "server")]
 #[doc(hidden)]
