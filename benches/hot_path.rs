@@ -10,14 +10,14 @@
 //! ```
 
 use bucketd::clock::{Clock, SystemClock};
-use bucketd::internals::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
-use bucketd::internals::protocol::{ReplyWriter, RequestLimits, parse_request};
-use bucketd::internals::rules::RuleSet;
-use bucketd::internals::shard::{self, ShardCore, ShardMsg};
-use bucketd::internals::store::{Slot, Store, Value};
 use bucketd::limiter::cell::{self, CellArgs};
 use bucketd::limiter::{self, Rule, State, parse_spec};
 use bucketd::slot::key_slot;
+use bucketd::testing::{
+    ExecStats, KeyCmd, Reply, ReplyWriter, RequestLimits, RuleSet, ShardCore, ShardMsg, ShardStats,
+    Store, StoreSlot, StoreValue, encode_reply, execute_key_cmd, parse_command, parse_request,
+    shard_channel,
+};
 use bytes::{Bytes, BytesMut};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -139,7 +139,7 @@ fn protocol(c: &mut Criterion) {
                 |mut buf| {
                     let mut n = 0;
                     while let Some(req) = parse_request(&mut buf, &limits).expect("valid RESP") {
-                        if bucketd::internals::cmd::parse(req, &rules).is_ok() {
+                        if parse_command(req, &rules).is_ok() {
                             n += 1;
                         }
                     }
@@ -175,7 +175,7 @@ fn protocol(c: &mut Criterion) {
                 out.clear();
                 let mut w = ReplyWriter::new(&mut out, false);
                 for r in batch {
-                    bucketd::internals::cmd::keyed::encode(&mut w, black_box(r));
+                    encode_reply(&mut w, black_box(r));
                 }
                 out.len()
             })
@@ -280,7 +280,7 @@ fn full_store(keys: &[Bytes]) -> Store {
     };
     let mut st = ExecStats::default();
     for k in keys {
-        keyed::execute(
+        execute_key_cmd(
             &mut store,
             &KeyCmd::Throttle {
                 key: k.clone(),
@@ -307,16 +307,16 @@ fn keyspace(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % order.len();
             match store.slot(&keys[order[i]], now) {
-                Slot::Live(mut live) => {
+                StoreSlot::Live(mut live) => {
                     let tat = match live.get().value {
-                        Value::Bucket(State::Gcra { tat }) => tat,
+                        StoreValue::Bucket(State::Gcra { tat }) => tat,
                         _ => now,
                     };
                     let next = tat + 1;
-                    live.set(Value::Bucket(State::Gcra { tat: next }), next);
+                    live.set(StoreValue::Bucket(State::Gcra { tat: next }), next);
                     true
                 }
-                Slot::Empty(_) => false,
+                StoreSlot::Empty(_) => false,
             }
         })
     });
@@ -328,13 +328,13 @@ fn keyspace(c: &mut Criterion) {
         b.iter(|| {
             i = (i + 1) % fresh.len();
             let key = &fresh[i];
-            if let Slot::Empty(empty) = store.slot(key, now) {
+            if let StoreSlot::Empty(empty) = store.slot(key, now) {
                 let tat = now + SEC;
                 empty
-                    .insert(Value::Bucket(State::Gcra { tat }), tat)
+                    .insert(StoreValue::Bucket(State::Gcra { tat }), tat)
                     .expect("no cap");
             }
-            if let Slot::Live(live) = store.slot(key, now) {
+            if let StoreSlot::Live(live) = store.slot(key, now) {
                 live.remove();
             }
         })
@@ -354,7 +354,7 @@ fn keyspace(c: &mut Criterion) {
                 key: keys[order[i]].clone(),
                 args,
             };
-            keyed::execute(&mut store, &cmd, now, &mut st)
+            execute_key_cmd(&mut store, &cmd, now, &mut st)
         })
     });
     g.finish();
@@ -388,7 +388,7 @@ fn shard_hop(c: &mut Criterion) {
 
     // A shard thread running the same loop shape as the server's: drain the inbox, apply each
     // batch on the core, answer over the oneshot.
-    let (handle, inbox) = shard::channel(0);
+    let (handle, inbox) = shard_channel(0);
     let remote_store = full_store(&keys);
     let (stats, remote_clock) = (handle.stats.clone(), clock.clone());
     let thread = std::thread::spawn(move || {
@@ -418,12 +418,7 @@ fn shard_hop(c: &mut Criterion) {
         .build()
         .expect("client runtime");
 
-    let mut local = ShardCore::new(
-        1,
-        full_store(&keys),
-        clock,
-        Arc::new(shard::ShardStats::default()),
-    );
+    let mut local = ShardCore::new(1, full_store(&keys), clock, Arc::new(ShardStats::default()));
     let mut rng = Rng::new();
 
     let mut g = c.benchmark_group("shard_batch");
@@ -462,9 +457,10 @@ const ENTRY_COMMANDS: usize = 256;
 
 /// A follower's decoding of an append from its leader: one entry of `ENTRY_COMMANDS` checks.
 fn replication(c: &mut Criterion) {
-    use bucketd::internals::cluster::transport::{PeerFrame, Rpc, decode_peer_frame};
-    use bucketd::internals::cluster::typ::{Entry, Origin, Proposal, TypeConfig, Vote};
-    use bucketd::internals::cmd::keyed::{SetCond, SetExpiry};
+    use bucketd::testing::{
+        LogEntry, Origin, PeerFrame, Proposal, Rpc, SetCond, SetExpiry, TypeConfig, Vote,
+        decode_peer_frame,
+    };
     use openraft::entry::RaftEntry;
     let lid = |i| openraft::testing::log_id::<TypeConfig>(3, 1, i);
     // An append as a leader sends it: one entry of `cmds`.
@@ -476,7 +472,7 @@ fn replication(c: &mut Criterion) {
             rpc: Rpc::Append(openraft::raft::AppendEntriesRequest {
                 vote: Vote::new_committed(3, 1),
                 prev_log_id: Some(lid(123_455)),
-                entries: vec![Entry::new_normal(
+                entries: vec![LogEntry::new_normal(
                     lid(123_456),
                     Proposal::new(EPOCH, origin, cmds),
                 )],

@@ -1,10 +1,15 @@
 //! Why a node could not start: its settings, its listeners, its threads, its data directory
 //! or its cluster description. The binary prints the message and exits.
 
-use crate::cluster::typ::{GroupId, NodeId, TypeConfig};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
+
+// A leaf: this module names nothing of the crate, so every layer may report through it. The
+// ids are those of `crate::ids`, by their integer types; a variant made with an id of another
+// type would not compile.
+type GroupId = u32;
+type NodeId = u64;
 
 /// Why a node could not start. The messages are the ones an operator reads, so each says what
 /// was being done and with what (a path, an address, a group).
@@ -57,10 +62,10 @@ pub enum StartError {
     Log(io::Error),
     /// A group's snapshot could not be opened.
     Snapshot { group: GroupId, error: io::Error },
-    /// A group's Raft could not be started.
+    /// A group's Raft could not be started (openraft's error).
     Raft {
         group: GroupId,
-        error: openraft::error::Fatal<TypeConfig>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The task starting a group's Raft failed.
     GroupTask {

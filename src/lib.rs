@@ -41,6 +41,8 @@ pub mod error;
 #[cfg(feature = "server")]
 mod glob;
 #[cfg(feature = "server")]
+mod ids;
+#[cfg(feature = "server")]
 mod metrics;
 #[cfg(feature = "server")]
 mod net;
@@ -71,67 +73,63 @@ mod store;
 #[cfg(feature = "server")]
 pub mod tls;
 
-/// Not an API: the internals this crate's own benches and integration tests reach into (the
-/// command layer, the shard core, the keyspace, the Raft storage). Nothing here is stable.
+/// Test support: the internals this crate's own integration tests (`tests/`), benches
+/// (`benches/`), fuzz targets and seed generator (`fuzz/`) reach into, each re-exported once,
+/// flat: `use bucketd::testing::{KeyCmd, Reply, ShardCore, GroupLog};`.
+///
+/// This is not an API. Nothing here is stable and it is hidden from the docs; a user of the
+/// crate has the public modules listed above. The names are flat on purpose: the files behind
+/// them move, and when one does only its `pub use` line here changes, not every test that
+/// names it. A re-export whose bare name would say too little outside its module is renamed
+/// (`parse_command`, `encode_reply`, `execute_key_cmd`, `shard_channel`), and so is one that
+/// would read as another crate's or module's name (`LogEntry`, not Raft's `Entry`;
+/// `StoreValue`, `StoreSlot` and `StoreSemaphore`, not `redis::Value`, the `slot` module or
+/// tokio's `Semaphore`; `ClientTransport`, not the peers' transport).
+///
+/// `Fields`, `Holders`, `StoreSemaphore` and `ClientTransport` are here because they appear in
+/// the variants of `StoreValue` and `ShardMsg`, not because a test names them today.
+///
+/// What the tests reach through the public modules stays there, as a user would reach it:
+/// `server::start` and what it takes and returns (`config::Settings`, with `tls::TlsFiles`,
+/// `tls::AuthClients` and `config::User` in its fields; `server::NodeHandle`;
+/// `error::StartError`), `tls::install_default_provider`, `clock`, `limiter`, `slot` and
+/// `client`.
 #[cfg(feature = "server")]
 #[doc(hidden)]
-pub mod internals {
-    pub mod cmd {
-        pub use crate::cmd::{Parsed, parse};
-        pub mod hashes {
-            pub use crate::cmd::hashes::HashOp;
-        }
-        pub mod keyed {
-            pub use crate::cmd::keyed::{
-                ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
-                encode, execute,
-            };
-        }
-    }
-    pub mod cluster {
-        pub mod typ {
-            pub use crate::cluster::typ::{
-                Applied, Entry, GroupId, LogId, NodeId, Origin, Proposal, TypeConfig, Vote,
-            };
-        }
-        pub mod state_machine {
-            pub use crate::cluster::state_machine::{
-                GroupStateMachine, LocalExecutor, SnapshotBody,
-            };
-        }
-        pub mod spec {
-            pub use crate::cluster::spec::{ClusterSpec, NodeSpec, redis_id};
-        }
-        pub mod node {
-            pub use crate::cluster::node::{Cluster, ClusterSettings};
-        }
-        pub mod log_store {
-            pub use crate::cluster::log_store::{
-                COMPACT_MIN_BYTES, COMPACT_RATIO, GroupLog, NodeLog, replay_len,
-            };
-        }
-        pub mod transport {
-            pub use crate::cluster::transport::{
-                PeerError, PeerFrame, Rpc, RpcOk, decode_peer_frame,
-            };
-        }
-    }
-    pub mod protocol {
-        pub use crate::protocol::request::RequestParser;
-        pub use crate::protocol::{ReplyWriter, Request, RequestLimits, parse_request};
-    }
-    pub mod rules {
-        pub use crate::rules::RuleSet;
-    }
-    pub mod server {
-        pub use crate::server::node::Node;
-    }
-    pub mod shard {
-        pub use crate::shard::{ShardCore, ShardMsg, ShardStats, Transport, channel};
-    }
-    pub mod store {
-        pub use crate::store::{
-            Fields, Holder, Holders, OwnedValue, Record, Semaphore, Slot, Store, Value,
-        };
-    }
+pub mod testing {
+    // The command layer: parsing a request into a command, running a keyed command against a
+    // keyspace, encoding its reply.
+    pub use crate::cmd::hashes::HashOp;
+    pub use crate::cmd::keyed::{
+        ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
+        encode as encode_reply, execute as execute_key_cmd,
+    };
+    pub use crate::cmd::{Parsed, parse as parse_command};
+
+    // RESP on the wire.
+    pub use crate::protocol::request::RequestParser;
+    pub use crate::protocol::{ReplyWriter, Request, RequestLimits, parse_request};
+
+    // Rules, the node, its shards and their keyspace.
+    pub use crate::rules::RuleSet;
+    pub use crate::server::node::Node;
+    pub use crate::shard::{
+        ShardCore, ShardMsg, ShardStats, Transport as ClientTransport, channel as shard_channel,
+    };
+    pub use crate::store::{
+        Fields, Holder, Holders, OwnedValue, Record, Semaphore as StoreSemaphore,
+        Slot as StoreSlot, Store, Value as StoreValue,
+    };
+
+    // The cluster: Raft types and storage, the peer protocol, the cluster description.
+    pub use crate::cluster::log_store::{
+        COMPACT_MIN_BYTES, COMPACT_RATIO, GroupLog, NodeLog, replay_len,
+    };
+    pub use crate::cluster::node::{Cluster, ClusterSettings};
+    pub use crate::cluster::spec::{ClusterSpec, NodeSpec, redis_id};
+    pub use crate::cluster::state_machine::{GroupStateMachine, LocalExecutor, SnapshotBody};
+    pub use crate::cluster::transport::{PeerError, PeerFrame, Rpc, RpcOk, decode_peer_frame};
+    pub use crate::cluster::typ::{
+        Applied, Entry as LogEntry, GroupId, LogId, NodeId, Origin, Proposal, TypeConfig, Vote,
+    };
 }

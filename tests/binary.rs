@@ -1,8 +1,11 @@
 //! The real `bucketd` binary: flags, a config file, the log line that names the address,
-//! clients (redis-cli when installed, and the `redis` crate), and a clean exit on SIGTERM.
+//! clients (redis-cli and the `redis` crate), and a clean exit on SIGTERM.
+
+#![cfg(feature = "server")]
 
 mod common;
 
+use common::tools::{REDIS_CLI, require_tool};
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -158,29 +161,26 @@ fn redis_cli(addr: SocketAddr, args: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serves_clients_and_exits_cleanly_on_sigterm() {
+    require_tool(REDIS_CLI);
     bounded(async {
         let mut p = Proc::spawn(&["--port", "0", "--shards", "2"]);
         let addr = p.wait_listening();
         assert_ne!(addr.port(), 0);
 
-        if have_program("redis-cli", "--version") {
-            assert_eq!(redis_cli(addr, &["PING"]), "PONG");
-            assert_eq!(redis_cli(addr, &["SET", "cli-key", "hello"]), "OK");
-            assert_eq!(redis_cli(addr, &["GET", "cli-key"]), "hello");
-            assert_eq!(
-                redis_cli(addr, &["CL.THROTTLE", "user123", "15", "30", "60"]),
-                "0\n16\n15\n-1\n2"
-            );
-            assert_eq!(
-                redis_cli(addr, &["BK.CHECK", "cli-bucket", "10/1s"])
-                    .lines()
-                    .count(),
-                5
-            );
-            assert_eq!(redis_cli(addr, &["-3", "PING"]), "PONG");
-        } else {
-            println!("note: redis-cli is not on PATH; skipping the redis-cli checks");
-        }
+        assert_eq!(redis_cli(addr, &["PING"]), "PONG");
+        assert_eq!(redis_cli(addr, &["SET", "cli-key", "hello"]), "OK");
+        assert_eq!(redis_cli(addr, &["GET", "cli-key"]), "hello");
+        assert_eq!(
+            redis_cli(addr, &["CL.THROTTLE", "user123", "15", "30", "60"]),
+            "0\n16\n15\n-1\n2"
+        );
+        assert_eq!(
+            redis_cli(addr, &["BK.CHECK", "cli-bucket", "10/1s"])
+                .lines()
+                .count(),
+            5
+        );
+        assert_eq!(redis_cli(addr, &["-3", "PING"]), "PONG");
 
         let mut c = connect_url(&format!("redis://{addr}/")).await;
         assert_eq!(q::<String>(&mut c, &["PING"]).await, "PONG");

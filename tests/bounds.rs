@@ -6,9 +6,11 @@
 //! the reply path, on the process's resident memory; the RSS tests take a lock so that no
 //! other test of this binary allocates meanwhile.
 
-mod common;
+#![cfg(feature = "server")]
 
-use bucketd::internals::server::Node;
+mod common;
+use bucketd::testing::Node;
+
 use common::real_redis::{RealRedis, SideBySide};
 use common::{Raw, Resp, TestNode, bounded, encode, wait_for};
 use std::sync::Arc;

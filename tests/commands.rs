@@ -2,6 +2,8 @@
 //! compared with what Redis answers. Strings, counters, expiry, DEL/EXISTS and the limit
 //! commands run on a standalone node and on a cluster alike, in tests/behaviour/.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::*;

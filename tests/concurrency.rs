@@ -3,6 +3,8 @@
 //! reply in RESP3. The commands' semantics run on a node and on a cluster alike in
 //! tests/behaviour/concurrency.rs; a leader failover in tests/cluster/concurrency.rs.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::*;

@@ -11,13 +11,13 @@
 //! `BUCKETD_PRINT_GOLDEN=1 cargo test --test encoding -- --nocapture` prints the current bytes
 //! in the table's form, for a value added to the table (never to paper over a change).
 
-use bucketd::internals::cluster::state_machine::SnapshotBody;
-use bucketd::internals::cluster::typ::{Applied, Entry, LogId, Origin, Proposal, TypeConfig};
-use bucketd::internals::cmd::hashes::HashOp;
-use bucketd::internals::cmd::keyed::{
-    ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
+#![cfg(feature = "server")]
+
+use bucketd::testing::{
+    Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, LogEntry, LogId, Origin, OwnedValue,
+    Proposal, Record, Reply, SetCond, SetExpiry, SnapshotBody, TimeCmd, TypeConfig,
 };
-use bucketd::internals::store::{Holder, OwnedValue, Record};
+
 use bucketd::limiter::cell::CellArgs;
 use bucketd::limiter::{Algorithm, Rule, State};
 use bytes::Bytes;
@@ -530,14 +530,14 @@ fn log_entries_keep_their_encoding() {
                 "Applied",
                 &Applied(vec![Reply::Ok, Reply::Limit([1, 10, 9, -1, 100])]),
             ),
-            enc("Entry blank", &Entry::new_blank(log_id(2, 5))),
+            enc("Entry blank", &LogEntry::new_blank(log_id(2, 5))),
             enc(
                 "Entry normal",
-                &Entry::new_normal(log_id(2, 6), proposal(Some(origin))),
+                &LogEntry::new_normal(log_id(2, 6), proposal(Some(origin))),
             ),
             enc(
                 "Entry membership",
-                &Entry::new_membership(
+                &LogEntry::new_membership(
                     log_id(2, 7),
                     Membership::new_with_defaults(vec![voters], []),
                 ),

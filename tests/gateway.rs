@@ -1,7 +1,7 @@
 //! The HTTP layer end to end: a real axum service behind the layer, a real HTTP client, and a
 //! real in-process bucketd node whose clock only moves when a test moves it.
 
-#![cfg(feature = "http")]
+#![cfg(all(feature = "http", feature = "server"))]
 
 mod gateway_support;
 

@@ -1,6 +1,6 @@
 //! The bucketd client against a real in-process node on a frozen clock.
 
-#![cfg(feature = "client")]
+#![cfg(all(feature = "client", feature = "server"))]
 
 mod gateway_support;
 

@@ -2,7 +2,7 @@
 //! test lets it finish, a real HTTP client, and a real in-process bucketd node; and the layer
 //! as a bare tower service, to drop a request half-way.
 
-#![cfg(feature = "http")]
+#![cfg(all(feature = "http", feature = "server"))]
 
 mod gateway_support;
 

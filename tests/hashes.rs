@@ -3,6 +3,8 @@
 //! a token bucket's hash updated inside a transaction. Replies Redis defines are compared with a real Redis in
 //! tests/redis_compat.rs; a restart in tests/binary.rs, a failover in tests/cluster/hashes.rs.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::*;

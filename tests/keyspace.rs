@@ -3,6 +3,8 @@
 //! commands over keys on several shards. TTLs on the manual clock run on a standalone node and
 //! on a cluster alike, in tests/behaviour/strings.rs.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::*;

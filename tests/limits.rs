@@ -3,6 +3,8 @@
 //! (node-local today), and exact admission under concurrent load. The limit commands' semantics
 //! on one slot run on a standalone node and on a cluster alike in tests/behaviour/limits.rs.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! The Prometheus endpoint of a standalone node: what it counts, scraped over HTTP from a
 //! live node, and the text checked by `promtool check metrics`.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::scrape::{promtool_check, scrape};

@@ -2,6 +2,8 @@
 //! requests, RESP3, malformed input and request limits. Whatever a client sends, the node
 //! must answer what it can, close what it cannot frame, and keep serving everyone else.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::*;

@@ -1,17 +1,17 @@
 //! Runs the redis-py smoke test (tests/py/smoke.py) against a node, with python3 and the `redis`
 //! module (redis-py), which `.ci/run` installs.
 
+#![cfg(feature = "server")]
+
 mod common;
 
+use common::tools::{REDIS_PY, require_python};
 use common::*;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_smoke() {
-    assert!(
-        python_with_redis(),
-        "python3 with redis-py is needed (.ci/run installs it: pip install redis)"
-    );
+    require_python(REDIS_PY);
     bounded(async {
         let node = TestNode::start().await;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/smoke.py");

@@ -2,10 +2,13 @@
 //! one shared log at once, plus recovery of interleaved groups after reopen, torn and damaged
 //! log files, compaction, batching of concurrent groups' writes and the in-memory mode.
 
-use bucketd::internals::cluster::log_store::{COMPACT_MIN_BYTES, COMPACT_RATIO, GroupLog, NodeLog};
-use bucketd::internals::cluster::state_machine::{GroupStateMachine, LocalExecutor};
-use bucketd::internals::cluster::typ::{Entry, GroupId, LogId, Proposal, TypeConfig, Vote};
-use bucketd::internals::cmd::keyed::KeyCmd;
+#![cfg(feature = "server")]
+
+use bucketd::testing::{
+    COMPACT_MIN_BYTES, COMPACT_RATIO, GroupId, GroupLog, GroupStateMachine, KeyCmd, LocalExecutor,
+    LogEntry, LogId, NodeLog, Proposal, TypeConfig, Vote,
+};
+
 use bytes::Bytes;
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};
@@ -152,14 +155,14 @@ fn log_id(term: u64, index: u64) -> LogId {
     openraft::testing::log_id::<TypeConfig>(term, 1, index)
 }
 
-fn blank(term: u64, index: u64) -> Entry {
-    Entry::new_blank(log_id(term, index))
+fn blank(term: u64, index: u64) -> LogEntry {
+    LogEntry::new_blank(log_id(term, index))
 }
 
 /// A normal entry whose payload is about `size` bytes.
-fn normal(term: u64, index: u64, size: usize) -> Entry {
+fn normal(term: u64, index: u64, size: usize) -> LogEntry {
     let key = Bytes::from(vec![b'k'; size]);
-    Entry::new_normal(
+    LogEntry::new_normal(
         log_id(term, index),
         Proposal::new(
             index * 1000,
@@ -172,22 +175,22 @@ fn normal(term: u64, index: u64, size: usize) -> Entry {
     )
 }
 
-fn membership(term: u64, index: u64, voters: &[u64]) -> Entry {
+fn membership(term: u64, index: u64, voters: &[u64]) -> LogEntry {
     let set: BTreeSet<u64> = voters.iter().copied().collect();
-    Entry::new_membership(
+    LogEntry::new_membership(
         log_id(term, index),
         Membership::new_with_defaults(vec![set], []),
     )
 }
 
 /// Appends and waits until the store reports the entries flushed.
-async fn append(store: &mut GroupLog, entries: Vec<Entry>) {
+async fn append(store: &mut GroupLog, entries: Vec<LogEntry>) {
     let (tx, rx) = TypeConfig::oneshot();
     store.append(entries, IOFlushed::signal(tx)).await.unwrap();
     rx.await.unwrap().unwrap();
 }
 
-async fn all_entries(store: &mut GroupLog) -> Vec<Entry> {
+async fn all_entries(store: &mut GroupLog) -> Vec<LogEntry> {
     store
         .get_log_reader()
         .await
@@ -196,7 +199,7 @@ async fn all_entries(store: &mut GroupLog) -> Vec<Entry> {
         .unwrap()
 }
 
-fn ids(entries: &[Entry]) -> Vec<LogId> {
+fn ids(entries: &[LogEntry]) -> Vec<LogId> {
     entries.iter().map(|e| e.log_id).collect()
 }
 
@@ -1019,7 +1022,7 @@ async fn entries_read_back_carry_the_encoding_the_log_wrote() {
     let first = normal(1, 1, 40);
     let mut second = normal(1, 2, 40);
     let encoded =
-        |e: &Entry| bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
+        |e: &LogEntry| bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
     let (first_bytes, second_bytes) = (encoded(&first), encoded(&second));
     if let EntryPayload::Normal(p) = &mut second.payload {
         p.wire.0 = Some(Bytes::from(second_bytes.clone()));

@@ -5,6 +5,8 @@
 //! expiries are compared as relative TTLs rounded to seconds, as absolute times far in the
 //! future, or with a tolerance where the wall clock moves between two requests.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};

@@ -2,9 +2,12 @@
 //! LIST, SCAN, INFO), checked side by side against a real `redis-server` 7.0 wherever Redis
 //! defines the reply, and against bucketd's own guarantees where it adds to them.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};
+use common::tools::{REDIS_PY, require_python};
 use common::*;
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
@@ -153,10 +156,7 @@ async fn run_py_url_auth(port: u16) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_connects_with_a_default_user_url_to_a_node_without_password() {
-    assert!(
-        python_with_redis(),
-        "python3 with redis-py is needed (.ci/run installs it: pip install redis)"
-    );
+    require_python(REDIS_PY);
     bounded(async {
         let redis = RealRedis::start().await;
         let (ok, out) = run_py_url_auth(redis.addr.port()).await;

@@ -2,7 +2,13 @@
 //! suite's external-server mode: `tests/redis-tcl/run.sh`, with the binary cargo built for this
 //! test. skip.txt and pending.txt beside the script say which tests are left out and why.
 
+#![cfg(feature = "server")]
+
+#[path = "common/tools.rs"]
+mod tools;
+
 use std::process::Command;
+use tools::{TCLSH, require_tool};
 
 /// Fewer passing tests than this means units or tests stopped running unnoticed; raise it as
 /// pending tests start passing.
@@ -19,6 +25,7 @@ fn closing_counts(stdout: &str) -> Option<(u64, u64)> {
 
 #[test]
 fn redis_tcl_suite_passes_against_bucketd() {
+    require_tool(TCLSH);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/redis-tcl/run.sh");
     let out = Command::new("bash")
         .arg(script)
@@ -31,9 +38,10 @@ fn redis_tcl_suite_passes_against_bucketd() {
     println!("{stdout}");
     if out.status.code() == Some(2) {
         panic!(
-            "Redis's Tcl suite could not be run (it needs Debian's redis source package, \
-             fetched with apt-get as root, or BUCKETD_REDIS_SRC pointing at a redis 7.0 source \
-             tree):\n{stderr}"
+            "Redis's Tcl suite could not be run (it needs tclsh and Debian's redis source \
+             package, which run.sh fetches with `apt-get source` as root once dpkg-source is \
+             there: apt-get install -y tcl dpkg-dev; or BUCKETD_REDIS_SRC pointing at a redis \
+             7.0 source tree):\n{stderr}"
         );
     }
     assert!(

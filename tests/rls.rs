@@ -7,8 +7,11 @@
 //! README, and one of its own. When it needs time to pass it prints `ADVANCE <ms>`; this side
 //! moves the clock and answers `OK`. Its assertions are its own; this side checks it exits 0.
 
+#![cfg(feature = "server")]
+
 mod common;
 
+use common::tools::{GRPC_PY, require_python};
 use common::*;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
@@ -33,19 +36,6 @@ const MAX_ADVANCE_MS: u64 = 86_400_000;
 /// How long one gRPC call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn python_with_grpc() -> bool {
-    std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import grpc; from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// Copies the suite's configuration files into a fresh directory.
 fn config_copy() -> PathBuf {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/rls");
@@ -61,10 +51,7 @@ fn config_copy() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_proto_client_suite() {
-    assert!(
-        python_with_grpc(),
-        "python3 with grpcio and xds-protos is needed (.ci/run installs them: pip install grpcio xds-protos)"
-    );
+    require_python(GRPC_PY);
     bounded(async {
         let dir = config_copy();
         let node = TestNode::start_with(|s| {

@@ -1,6 +1,8 @@
 //! Lua scripts, side by side with a real Redis started by the test: the scripts rate limiters
 //! run, Redis's conversions and its errors, word for word.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};

@@ -1,6 +1,8 @@
 //! Rules in shadow mode over RESP: decided and counted as usual, answered as allowed, and never
 //! the reason a multi-limit check is refused.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::scrape::scrape;

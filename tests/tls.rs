@@ -3,7 +3,7 @@
 //! required, plain text and a silent connection are refused or ignored while everyone else
 //! is served; bad TLS files stop the node with the file's name.
 
-#![cfg(feature = "client-tls")]
+#![cfg(all(feature = "client-tls", feature = "server"))]
 
 #[path = "common/certs.rs"]
 mod certs;
@@ -11,6 +11,7 @@ mod common;
 
 use bucketd::tls::{AuthClients, TlsFiles};
 use certs::Certs;
+use common::tools::{REDIS_CLI, REDIS_PY, require_python, require_tool};
 use common::{TestNode, closed_within, free_port};
 use std::io::Write;
 use std::path::Path;
@@ -49,6 +50,8 @@ fn cli(port: u16, ca: &Path, id: Option<(&Path, &Path)>, args: &[&str]) -> Optio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_work_over_tls_from_redis_cli_redis_py_and_the_client_crate() {
+    require_tool(REDIS_CLI);
+    require_python(REDIS_PY);
     let dir = common::temp_dir("tls-ok");
     let c = Certs::make(&dir);
     let (node, port) = tls_node(&c, AuthClients::Yes).await;
@@ -58,27 +61,25 @@ async fn commands_work_over_tls_from_redis_cli_redis_py_and_the_client_crate() {
     let reply = cli(port, &c.ca, good, &["CL.THROTTLE", "tls:k", "1", "1", "60"]).expect("served");
     assert_eq!(reply.lines().next(), Some("0"), "{reply}");
 
-    if common::python_with_redis() {
-        let script = format!(
-            "import redis\n\
-             r = redis.Redis(host='127.0.0.1', port={port}, ssl=True, ssl_ca_certs={ca:?}, \
-             ssl_certfile={cert:?}, ssl_keyfile={key:?})\n\
-             print(r.ping(), r.execute_command('CL.THROTTLE', 'tls:k', 1, 1, 60)[0])\n",
-            ca = c.ca.display().to_string(),
-            cert = c.client_cert.display().to_string(),
-            key = c.client_key.display().to_string(),
-        );
-        let out = Command::new("python3")
-            .args(["-c", &script])
-            .output()
-            .expect("python runs");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            "True 0",
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let script = format!(
+        "import redis\n\
+         r = redis.Redis(host='127.0.0.1', port={port}, ssl=True, ssl_ca_certs={ca:?}, \
+         ssl_certfile={cert:?}, ssl_keyfile={key:?})\n\
+         print(r.ping(), r.execute_command('CL.THROTTLE', 'tls:k', 1, 1, 60)[0])\n",
+        ca = c.ca.display().to_string(),
+        cert = c.client_cert.display().to_string(),
+        key = c.client_key.display().to_string(),
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python runs");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "True 0",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let client = bucketd::client::Client::builder([format!("rediss://127.0.0.1:{port}/")])
         .tls(bucketd::client::TlsFiles {
@@ -103,6 +104,7 @@ async fn commands_work_over_tls_from_redis_cli_redis_py_and_the_client_crate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_certificates_and_plain_text_are_refused_and_the_node_serves_on() {
+    require_tool(REDIS_CLI);
     let dir = common::temp_dir("tls-refuse");
     let c = Certs::make(&dir);
     let (node, port) = tls_node(&c, AuthClients::Yes).await;

@@ -3,9 +3,12 @@
 //! bucketd deliberately differs (keys of one transaction must share a slot, as in Redis
 //! Cluster), the difference is asserted on its own.
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use common::real_redis::{RealRedis, SideBySide};
+use common::tools::{REDIS_PY, require_python};
 use common::{Resp, TestNode, bounded};
 use std::time::Duration;
 
@@ -213,6 +216,7 @@ async fn a_transaction_is_bounded_by_the_query_buffer_limit() {
 /// must work through it unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_transactional_pipeline() {
+    require_python(REDIS_PY);
     bounded(async {
         let node = TestNode::start().await;
         let script = r#"

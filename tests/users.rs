@@ -2,6 +2,8 @@
 //! can peek and read but not consume or change anything, and refusals worded as Redis words
 //! them (checked against a real Redis with the same users).
 
+#![cfg(feature = "server")]
+
 mod common;
 
 use bucketd::config::{Flags, Settings, User};

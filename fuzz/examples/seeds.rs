@@ -2,14 +2,11 @@
 //! streams as clients send them, a `log.bin` written by the node's Raft log writer, and peer
 //! frames encoded from the transport's frame type. Run from `fuzz/`:
 //! `cargo run --example seeds`.
+use bucketd::testing::{
+    KeyCmd, LogEntry, LogId, NodeLog, Parsed, PeerError, PeerFrame, Proposal, Reply, Request, Rpc,
+    RpcOk, RuleSet, TypeConfig, Vote, decode_peer_frame, parse_command, replay_len,
+};
 
-use bucketd::internals::cluster::log_store::{NodeLog, replay_len};
-use bucketd::internals::cluster::transport::{PeerError, PeerFrame, Rpc, RpcOk, decode_peer_frame};
-use bucketd::internals::cluster::typ::{Entry, LogId, Proposal, TypeConfig, Vote};
-use bucketd::internals::cmd::keyed::{KeyCmd, Reply};
-use bucketd::internals::cmd::{Parsed, parse};
-use bucketd::internals::protocol::Request;
-use bucketd::internals::rules::RuleSet;
 use openraft::Membership;
 use openraft::entry::RaftEntry;
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
@@ -110,24 +107,26 @@ fn key_cmds() -> Vec<KeyCmd> {
         &["HINCRBYFLOAT", "h", "g", "2.5"],
     ];
     reqs.iter()
-        .map(|args| match parse(Request::from_args(args), &rules) {
-            Ok(Parsed::Keyed(cmd)) => cmd,
-            Ok(Parsed::Multi(m)) => m.into_key_cmd(),
-            _ => panic!("{args:?} is not a key command"),
-        })
+        .map(
+            |args| match parse_command(Request::from_args(args), &rules) {
+                Ok(Parsed::Keyed(cmd)) => cmd,
+                Ok(Parsed::Multi(m)) => m.into_key_cmd(),
+                _ => panic!("{args:?} is not a key command"),
+            },
+        )
         .collect()
 }
 
-fn normal(term: u64, index: u64, cmds: Vec<KeyCmd>) -> Entry {
-    Entry::new_normal(
+fn normal(term: u64, index: u64, cmds: Vec<KeyCmd>) -> LogEntry {
+    LogEntry::new_normal(
         log_id(term, index),
         Proposal::new(1_700_000_000_000_000_000 + index, None, cmds),
     )
 }
 
-fn membership(term: u64, index: u64) -> Entry {
+fn membership(term: u64, index: u64) -> LogEntry {
     let voters: BTreeSet<u64> = [1, 2, 3].into_iter().collect();
-    Entry::new_membership(
+    LogEntry::new_membership(
         log_id(term, index),
         Membership::new_with_defaults(vec![voters], []),
     )
@@ -138,7 +137,7 @@ async fn log_file(scratch: &Path) -> Vec<u8> {
     let _ = std::fs::remove_dir_all(scratch);
     {
         let log = NodeLog::open(Some(scratch.to_path_buf()), false).unwrap();
-        let append = |g: u32, entries: Vec<Entry>| {
+        let append = |g: u32, entries: Vec<LogEntry>| {
             let mut store = log.group(g);
             async move {
                 let (tx, rx) = TypeConfig::oneshot();
@@ -147,7 +146,7 @@ async fn log_file(scratch: &Path) -> Vec<u8> {
             }
         };
         let cmds = key_cmds();
-        append(1, vec![membership(1, 1), Entry::new_blank(log_id(1, 2))]).await;
+        append(1, vec![membership(1, 1), LogEntry::new_blank(log_id(1, 2))]).await;
         append(2, vec![membership(1, 1), normal(1, 2, cmds[..2].to_vec())]).await;
         append(1, vec![normal(1, 3, cmds[2..].to_vec())]).await;
         log.group(1)

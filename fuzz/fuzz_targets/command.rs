@@ -4,12 +4,11 @@
 //! fixed clock, its reply written out in RESP2 and RESP3, and the command itself put through
 //! the Raft log's encoding and back, as a replica would receive it.
 #![no_main]
+use bucketd::testing::{
+    ExecStats, KeyCmd, Parsed, ReplyWriter, RequestLimits, RuleSet, Store, encode_reply,
+    execute_key_cmd, parse_command, parse_request,
+};
 
-use bucketd::internals::cmd::keyed::{self, ExecStats, KeyCmd};
-use bucketd::internals::cmd::{Parsed, parse};
-use bucketd::internals::protocol::{ReplyWriter, RequestLimits, parse_request};
-use bucketd::internals::rules::RuleSet;
-use bucketd::internals::store::Store;
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
@@ -38,10 +37,10 @@ fn round_trip(cmd: &KeyCmd) {
 fn run(store: &mut Store, cmd: &KeyCmd, now: u64) {
     round_trip(cmd);
     let mut stats = ExecStats::default();
-    let reply = keyed::execute(store, cmd, now, &mut stats);
+    let reply = execute_key_cmd(store, cmd, now, &mut stats);
     for resp3 in [false, true] {
         let mut out = Vec::new();
-        keyed::encode(&mut ReplyWriter::new(&mut out, resp3), &reply);
+        encode_reply(&mut ReplyWriter::new(&mut out, resp3), &reply);
         assert!(!out.is_empty());
     }
 }
@@ -57,7 +56,7 @@ fuzz_target!(|data: &[u8]| {
         }
         // Each command a little later than the one before, so windows and TTLs move.
         now += 250_000_000;
-        match parse(req, rules()) {
+        match parse_command(req, rules()) {
             Ok(Parsed::Keyed(cmd)) => run(&mut store, &cmd, now),
             Ok(Parsed::Multi(multi)) => {
                 assert!(!multi.keys().is_empty());

@@ -8,8 +8,8 @@
 //! checksums, as the writer frames records, so the fuzzer reaches the record decoder without
 //! having to guess CRC-32C; mode bit 1 then damages the last record's tail.
 #![no_main]
+use bucketd::testing::replay_len;
 
-use bucketd::internals::cluster::log_store::replay_len;
 use libfuzzer_sys::fuzz_target;
 
 /// CRC-32C (Castagnoli), bitwise: the harness's own, so it checks the library's framing

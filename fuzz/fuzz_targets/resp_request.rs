@@ -7,8 +7,8 @@
 //! Input: `[flags][cut count][cuts...][wire...]`. Flag bit 0: the client has authenticated;
 //! bit 1: small limits, so the size and count caps are reached.
 #![no_main]
+use bucketd::testing::{RequestLimits, RequestParser};
 
-use bucketd::internals::protocol::{RequestLimits, RequestParser};
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
 

@@ -770,7 +770,10 @@ impl Cluster {
             .spawn(async move { GroupRaft::new(me, config, factory, log, sm).await })
             .await
             .map_err(|error| StartError::GroupTask { group: g, error })?
-            .map_err(|error| StartError::Raft { group: g, error })?;
+            .map_err(|error| StartError::Raft {
+                group: g,
+                error: Box::new(error),
+            })?;
         if let Some(gate) = self.write_gates.get(g as usize) {
             gate.open();
         }

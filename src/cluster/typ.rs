@@ -6,6 +6,7 @@
 //! feature dance. The exact pin keeps an alpha's API changes from arriving unasked.
 
 use crate::cmd::keyed::{KeyCmd, Reply};
+pub use crate::ids::{GroupId, NodeId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
@@ -178,10 +179,6 @@ pub(crate) fn set_wire(entry: &mut Entry, wire: Option<bytes::Bytes>) {
         p.wire.0 = wire;
     }
 }
-
-/// Identifies a Raft group (a fixed range of hash slots).
-pub type GroupId = u32;
-pub type NodeId = u64;
 
 openraft::declare_raft_types!(
     /// bucketd's Raft types.

@@ -8,6 +8,8 @@
 //! tests/commands.rs), FLUSHALL (refused in cluster mode), and node-wide state (INFO, CONFIG,
 //! key caps, memory limits, CLIENT).
 
+#![cfg(feature = "server")]
+
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../cluster/harness.rs"]

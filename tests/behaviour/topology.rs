@@ -16,7 +16,7 @@
 use crate::common::{self, START_NS, TestNode, wait_for};
 use crate::harness::{self, Opts, SERVE, TestCluster};
 use bucketd::clock::{Clock, ManualClock};
-use bucketd::internals::cmd::keyed::Reply;
+use bucketd::testing::Reply;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};

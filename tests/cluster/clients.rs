@@ -2,22 +2,13 @@
 //! redis-py's `RedisCluster`, a plain client that must follow `-MOVED` itself, and plain
 //! clients on a cluster that forwards. Also the `CLUSTER` replies cluster clients rely on.
 
+use crate::common::tools::{REDIS_CLI, REDIS_PY, require_python, require_tool};
 use crate::harness::*;
 use bucketd::slot::key_slot;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 const SECS: Duration = Duration::from_secs(10);
-
-/// Whether `program arg` runs and succeeds.
-fn have(program: &str, args: &[&str]) -> bool {
-    std::process::Command::new(program)
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// Runs a program to completion (at most 30 s) and returns its standard output.
 async fn run(program: &str, args: &[&str]) -> String {
@@ -104,10 +95,7 @@ async fn redis_crate_cluster_client_routes_every_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_follows_moved() {
-    if !have("redis-cli", &["--version"]) {
-        println!("note: redis-cli is not installed; skipping");
-        return;
-    }
+    require_tool(REDIS_CLI);
     bounded(async {
         let mut c = TestCluster::start("rediscli", Opts::patient()).await;
         c.wait_balanced(SECS).await;
@@ -150,10 +138,7 @@ async fn redis_cli_follows_moved() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_cluster_client_smoke() {
-    if !have("python3", &["-c", "import redis.cluster"]) {
-        println!("note: python3 with the redis package is not installed; skipping");
-        return;
-    }
+    require_python(REDIS_PY);
     const SCRIPT: &str = r#"
 import sys
 from redis.cluster import RedisCluster

@@ -3,7 +3,7 @@
 //! the old leader handed out, and frees holders at the same deadlines.
 
 use crate::harness::*;
-use bucketd::internals::cmd::keyed::Reply;
+use bucketd::testing::Reply;
 use std::time::Duration;
 
 const KEY: &str = "inflight:{tenant-9}";

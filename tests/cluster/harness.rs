@@ -4,13 +4,11 @@
 
 use bucketd::clock::ManualClock;
 use bucketd::config::Settings;
-use bucketd::internals::cluster::node::{Cluster, ClusterSettings};
-use bucketd::internals::cluster::spec::{ClusterSpec, NodeSpec};
-use bucketd::internals::cluster::typ::{GroupId, NodeId};
-use bucketd::internals::cmd::Parsed;
-use bucketd::internals::cmd::keyed::Reply;
 use bucketd::server::{self, NodeHandle};
 use bucketd::slot::key_slot;
+use bucketd::testing::{
+    Cluster, ClusterSettings, ClusterSpec, GroupId, NodeId, NodeSpec, Parsed, Reply,
+};
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -457,9 +455,9 @@ impl TestCluster {
     /// what this replica's state machine holds, at this node's clock.
     pub async fn local(&self, id: NodeId, args: &[&str]) -> Reply {
         let node = &self.handle(id).node;
-        let req = bucketd::internals::protocol::Request::from_args(args);
+        let req = bucketd::testing::Request::from_args(args);
         let rules = node.rules.load();
-        let Ok(Parsed::Keyed(cmd)) = bucketd::internals::cmd::parse(req, &rules) else {
+        let Ok(Parsed::Keyed(cmd)) = bucketd::testing::parse_command(req, &rules) else {
             panic!("{args:?} is not a single-key command");
         };
         // In cluster mode every slot of a group lives on shard (group % shards).

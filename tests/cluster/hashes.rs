@@ -3,7 +3,7 @@
 //! changing them.
 
 use crate::harness::*;
-use bucketd::internals::cmd::keyed::Reply;
+use bucketd::testing::Reply;
 use bytes::Bytes;
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! Cluster mode end to end: three-node clusters in this process (and, in `processes`, as real
 //! processes), exercised through clients the way gateways use them.
 
+#![cfg(feature = "server")]
+
 #[path = "../common/mod.rs"]
 mod common;
 mod harness;

@@ -4,7 +4,7 @@
 //! either side finishes once the node is back.
 
 use crate::harness::*;
-use bucketd::internals::cluster::typ::NodeId;
+use bucketd::testing::NodeId;
 use std::time::Duration;
 
 const SETTLE: Duration = Duration::from_secs(30);

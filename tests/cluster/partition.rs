@@ -370,7 +370,7 @@ async fn a_commit_slower_than_the_write_timeout_is_answered_not_retried() {
 }
 
 /// The term of group `g` as node `id`'s replica knows it.
-fn term_on(c: &TestCluster, id: bucketd::internals::cluster::typ::NodeId, g: u32) -> u64 {
+fn term_on(c: &TestCluster, id: bucketd::testing::NodeId, g: u32) -> u64 {
     let raft = c.cluster(id).raft(g).expect("a replica of the group");
     raft.metrics().borrow_watched().current_term
 }

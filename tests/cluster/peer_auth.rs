@@ -6,7 +6,7 @@
 
 use crate::common::closed_within;
 use crate::harness::*;
-use bucketd::internals::cluster::spec::ClusterSpec;
+use bucketd::testing::ClusterSpec;
 use hmac::Mac;
 use std::io::{Read, Write};
 use std::net::TcpStream as RawStream;

@@ -69,7 +69,7 @@ async fn a_shard_proposes_one_entry_per_group_per_turn() {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             loop {
                 let got = c.local(id, &["GET", &key]).await;
-                if matches!(&got, bucketd::internals::cmd::keyed::Reply::Bulk(b) if b[..] == *want.as_bytes()) {
+                if matches!(&got, bucketd::testing::Reply::Bulk(b) if b[..] == *want.as_bytes()) {
                     break;
                 }
                 assert!(

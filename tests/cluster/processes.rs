@@ -3,7 +3,7 @@
 //! again; then `kill -9` all three and start them: the bucket is still there.
 
 use crate::harness::*;
-use bucketd::internals::cluster::spec::ClusterSpec;
+use bucketd::testing::ClusterSpec;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! leader that dies or is cut off is replaced, and nothing acknowledged is lost.
 
 use crate::harness::*;
-use bucketd::internals::cluster::typ::{GroupId, NodeId};
+use bucketd::testing::{GroupId, NodeId};
 use std::time::Duration;
 
 const SECS: Duration = Duration::from_secs(20);

@@ -3,7 +3,7 @@
 //! a cluster stopped as a whole comes back with every bucket and counter as it was.
 
 use crate::harness::*;
-use bucketd::internals::cmd::keyed::Reply;
+use bucketd::testing::Reply;
 use std::time::Duration;
 
 const SECS: Duration = Duration::from_secs(10);

@@ -15,8 +15,9 @@
 //! `SCALING_KEEP_LOGS=1` keeps the nodes' logs in /tmp/scaling-logs, or in `SCALING_LOGS_TO`
 //! (a failed run always does); `SCALING_LOG` sets their log filter (default `warn`).
 
+use crate::common::tools::{REDIS_CLI, REDIS_PY, require_python, require_tool};
 use crate::harness::*;
-use bucketd::internals::cluster::spec::ClusterSpec;
+use bucketd::testing::ClusterSpec;
 use redis::cluster_async::ClusterConnection;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -869,20 +870,8 @@ fn report(p: &Probe) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_see_only_moved_while_the_cluster_scales_under_load() {
-    assert!(
-        std::process::Command::new("python3")
-            .args(["-c", "import redis.cluster"])
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "python3 with redis-py is needed"
-    );
-    assert!(
-        std::process::Command::new("redis-cli")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        "redis-cli is needed"
-    );
+    require_python(REDIS_PY);
+    require_tool(REDIS_CLI);
     bounded(async {
         let t_start = Instant::now();
         let spec = local_spec(3, GROUPS);

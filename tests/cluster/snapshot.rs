@@ -3,8 +3,7 @@
 //! and hashes.
 
 use crate::harness::*;
-use bucketd::internals::cluster::typ::GroupId;
-use bucketd::internals::cmd::keyed::Reply;
+use bucketd::testing::{GroupId, Reply};
 use bytes::Bytes;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::time::Duration;

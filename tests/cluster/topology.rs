@@ -95,7 +95,7 @@ async fn a_leader_cut_off_stops_claiming_its_groups() {
         c.isolate(alone);
         // Within the lease (300 ms) plus a margin for a loaded machine, it no longer lists
         // itself as the leader of any group, and refuses the group's writes.
-        let me = bucketd::internals::cluster::spec::redis_id(alone);
+        let me = bucketd::testing::redis_id(alone);
         wait_for(
             "the cut-off node to stop claiming its groups",
             SECS,

@@ -43,7 +43,7 @@ async fn a_transaction_is_one_entry_applied_on_every_replica() {
                 Duration::from_secs(5),
                 || async {
                     matches!(c.local(id, &["GET", KEY]).await,
-                        bucketd::internals::cmd::keyed::Reply::Bulk(b) if &b[..] == b"42")
+                        bucketd::testing::Reply::Bulk(b) if &b[..] == b"42")
                     .then_some(())
                 },
             )
@@ -74,7 +74,7 @@ async fn a_transaction_is_one_entry_applied_on_every_replica() {
             "{e:?}"
         );
         assert!(matches!(c.local(leader, &["GET", KEY]).await,
-            bucketd::internals::cmd::keyed::Reply::Bulk(b) if &b[..] == b"42"));
+            bucketd::testing::Reply::Bulk(b) if &b[..] == b"42"));
     })
     .await;
 }

@@ -4,6 +4,7 @@
 
 pub mod real_redis;
 pub mod scrape;
+pub mod tools;
 
 use bucketd::clock::ManualClock;
 use bucketd::config::Settings;
@@ -633,17 +634,6 @@ pub fn info_field(text: &str, field: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
-/// Whether a program can be run (it is on PATH and starts).
-pub fn have_program(name: &str, arg: &str) -> bool {
-    std::process::Command::new(name)
-        .arg(arg)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// A fresh directory under the system temp dir, unique to this process and `tag`.
 pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -658,9 +648,10 @@ pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
-/// Runs `tests/py/NAME` with `args` under python3, for at most `limit`, and fails the test with
+/// Runs `tests/py/NAME` (which imports redis-py) with `args` under python3, for at most `limit`, and fails the test with
 /// its output unless it exits with success. Its output is printed (shown when a test fails).
 pub async fn run_py_script(name: &str, args: &[String], limit: Duration) {
+    tools::require_python(tools::REDIS_PY);
     let script = format!("{}/tests/py/{name}", env!("CARGO_MANIFEST_DIR"));
     let out = tokio::time::timeout(
         limit,
@@ -680,17 +671,6 @@ pub async fn run_py_script(name: &str, args: &[String], limit: Duration) {
         "{name} {args:?} failed\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Whether python3 with the `redis` module (redis-py) can be run.
-pub fn python_with_redis() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import redis"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
 }
 
 /// Whether the node closes `s` within `limit` (reads end or fail), whatever it sent before.

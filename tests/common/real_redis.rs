@@ -23,10 +23,7 @@ impl RealRedis {
 
     /// Starts `redis-server` with extra `--name value` arguments.
     pub async fn start_with(extra: &[&str]) -> RealRedis {
-        assert!(
-            super::have_program("redis-server", "--version"),
-            "redis-server is not installed (apt-get install redis-server)"
-        );
+        super::tools::require_tool(super::tools::REDIS_SERVER);
         let dir = super::temp_dir("real-redis");
         // `free_port` only saw the port free a moment before: a server that exits at once has
         // most likely lost it to another process, and starts again on another port.

@@ -77,13 +77,14 @@ pub async fn scrape(addr: SocketAddr) -> Scrape {
 /// Runs `promtool check metrics` on a scrape's text; fails the test with promtool's words if
 /// it finds a problem (lint problems included).
 pub fn promtool_check(text: &str) {
+    super::tools::require_tool(super::tools::PROMTOOL);
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("promtool runs (Debian's prometheus package; .ci/run installs it)");
+        .expect("promtool runs");
     child
         .stdin
         .take()

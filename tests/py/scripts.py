@@ -24,7 +24,8 @@ def bucketd():
         return RedisCluster(host="127.0.0.1", port=port, socket_timeout=10)
     return redis.Redis(port=port, socket_timeout=10)
 
-# README's token bucket, reading the time with TIME (shared with the cluster tests).
+# The token bucket of docs/migrating-from-redis.md, reading the time with TIME (shared with the
+# cluster tests).
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "token_bucket.lua")) as f:
     TOKEN_BUCKET = f.read()
 
