@@ -9,7 +9,7 @@
 //!
 //! # What a user of the crate may rely on
 //!
-//! - [`server::start`] with [`config::Settings`] (or [`config::Flags`], the command line) runs a
+//! - [`start`] with [`config::Settings`] (or [`config::Flags`], the command line) runs a
 //!   node; [`server::NodeHandle`] stops it.
 //! - [`clock`]: the time source a node reads, injectable for tests.
 //! - [`limiter`]: the limit algorithms as pure functions, and the limit spec syntax.
@@ -52,22 +52,18 @@ mod protocol;
 mod rls;
 #[cfg(feature = "server")]
 mod rules;
-/// Running a node: [`start`] builds one, [`NodeHandle`] stops it. The node's own module
-/// (`src/server/`) sits below the composition root that builds it (`start`), so the root is
-/// added to this path here rather than imported there.
 #[cfg(feature = "server")]
-pub mod server {
-    #[path = "mod.rs"]
-    mod node_server;
-    pub use crate::start::start;
-    pub use node_server::*;
-}
+pub mod server;
 #[cfg(feature = "server")]
 mod shard;
 #[cfg(feature = "server")]
 mod shutdown;
 #[cfg(feature = "server")]
 mod start;
+/// Runs a node: builds its shards, cluster, listeners, metrics and rate limit service from
+/// [`config::Settings`]; the [`server::NodeHandle`] it returns stops it.
+#[cfg(feature = "server")]
+pub use start::start;
 #[cfg(feature = "server")]
 mod store;
 #[cfg(feature = "server")]
@@ -90,7 +86,7 @@ pub mod tls;
 /// the variants of `StoreValue` and `ShardMsg`, not because a test names them today.
 ///
 /// What the tests reach through the public modules stays there, as a user would reach it:
-/// `server::start` and what it takes and returns (`config::Settings`, with `tls::TlsFiles`,
+/// `start` and what it takes and returns (`config::Settings`, with `tls::TlsFiles`,
 /// `tls::AuthClients` and `config::User` in its fields; `server::NodeHandle`;
 /// `error::StartError`), `tls::install_default_provider`, `clock`, `limiter`, `slot` and
 /// `client`.

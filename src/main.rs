@@ -40,7 +40,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let handle = match bucketd::server::start(settings, Arc::new(SystemClock)).await {
+        let handle = match bucketd::start(settings, Arc::new(SystemClock)).await {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!("{e}");

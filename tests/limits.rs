@@ -364,7 +364,7 @@ async fn bad_rules_file_at_start_is_an_error() {
         let mut s = test_settings();
         s.rules = Some(path.clone());
         let clock = bucketd::clock::ManualClock::new(START_NS);
-        match bucketd::server::start(s.clone(), clock.clone()).await {
+        match bucketd::start(s.clone(), clock.clone()).await {
             Ok(h) => {
                 h.shutdown().await;
                 panic!("a node started with an invalid rules file");
@@ -372,7 +372,7 @@ async fn bad_rules_file_at_start_is_an_error() {
             Err(e) => assert!(e.to_string().contains("api"), "{e}"),
         }
         s.rules = Some(dir.join("missing.toml"));
-        match bucketd::server::start(s, clock).await {
+        match bucketd::start(s, clock).await {
             Ok(h) => {
                 h.shutdown().await;
                 panic!("a node started with a missing rules file");

@@ -325,7 +325,7 @@ async fn scripts_are_kept_to_their_keys_and_to_deterministic_bounded_work() {
 async fn limiter_scripts_through_redis_py_match_redis() {
     bounded(async {
         // The script reads the time with TIME; the node's clock runs, as Redis's does.
-        let node = bucketd::server::start(
+        let node = bucketd::start(
             common::test_settings(),
             std::sync::Arc::new(bucketd::clock::SystemClock),
         )

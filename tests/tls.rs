@@ -165,7 +165,7 @@ async fn bad_tls_files_stop_the_node_with_the_file_named() {
             auth_clients: AuthClients::Yes,
         };
         let clock = bucketd::clock::ManualClock::new(common::START_NS);
-        match bucketd::server::start(s, clock).await {
+        match bucketd::start(s, clock).await {
             Ok(_) => panic!("the node started with a bad TLS file"),
             Err(e) => {
                 let msg = e.to_string();

@@ -4,7 +4,7 @@
 
 use bucketd::clock::ManualClock;
 use bucketd::config::Settings;
-use bucketd::server::{self, NodeHandle};
+use bucketd::server::NodeHandle;
 use bucketd::slot::key_slot;
 use bucketd::testing::{
     Cluster, ClusterSettings, ClusterSpec, GroupId, NodeId, NodeSpec, Parsed, Reply,
@@ -296,7 +296,7 @@ impl TestCluster {
         };
         let h = match tokio::time::timeout(
             Duration::from_secs(15),
-            server::start(s, self.clocks[idx(id)].clone()),
+            bucketd::start(s, self.clocks[idx(id)].clone()),
         )
         .await
         {
@@ -353,13 +353,14 @@ impl TestCluster {
             cluster: Some(cs),
             ..Settings::default()
         };
-        let h = match tokio::time::timeout(Duration::from_secs(15), server::start(s, clock.clone()))
-            .await
-        {
-            Ok(Ok(h)) => h,
-            Ok(Err(e)) => panic!("the joining node does not start: {e}"),
-            Err(_) => panic!("the joining node did not start within 15 s"),
-        };
+        let h =
+            match tokio::time::timeout(Duration::from_secs(15), bucketd::start(s, clock.clone()))
+                .await
+            {
+                Ok(Ok(h)) => h,
+                Ok(Err(e)) => panic!("the joining node does not start: {e}"),
+                Err(_) => panic!("the joining node did not start within 15 s"),
+            };
         let id = h.node.cluster().expect("cluster mode").me;
         assert_eq!(id, expected, "ids are handed out in order");
         self.spec.nodes.push(NodeSpec {

@@ -8,7 +8,7 @@ pub mod tools;
 
 use bucketd::clock::ManualClock;
 use bucketd::config::Settings;
-use bucketd::server::{self, NodeHandle};
+use bucketd::server::NodeHandle;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ impl TestNode {
         let mut s = test_settings();
         f(&mut s);
         let clock = ManualClock::new(START_NS);
-        let handle = server::start(s, clock.clone()).await?;
+        let handle = bucketd::start(s, clock.clone()).await?;
         Ok(TestNode {
             addr: handle.addr,
             clock,

@@ -35,9 +35,7 @@ impl Node {
             shards: 2,
             ..Settings::default()
         };
-        let handle = bucketd::server::start(s, clock.clone())
-            .await
-            .expect("node starts");
+        let handle = bucketd::start(s, clock.clone()).await.expect("node starts");
         Node {
             clock,
             addr: handle.addr,
