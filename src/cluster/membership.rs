@@ -15,6 +15,7 @@
 //!   makes joining nodes voters of the metadata group (and then full members), and takes a
 //!   drained node out once no group has a replica on it.
 
+use crate::cluster::errors::TryAgain;
 use crate::cluster::meta::{MemberState, MetaOp, MetaState};
 use crate::cluster::node::{Cluster, ProposeError, caught_up};
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
@@ -412,7 +413,7 @@ impl Cluster {
     pub async fn propose_meta(&self, op: MetaOp) -> Result<Reply, ProposeError> {
         let cmd = op
             .to_cmd()
-            .map_err(|e| ProposeError::TryAgain(e.to_string()))?;
+            .map_err(|e| ProposeError::TryAgain(TryAgain::Encode(e.to_string())))?;
         let g = self.meta_group();
         // Longer than a client's write waits: an operator's change should ride out the
         // election that follows the loss of the metadata group's leader.
@@ -421,16 +422,20 @@ impl Cluster {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         loop {
             if let Some(leader) = self.settled_leader(g).await {
-                match self.forward(g, leader, None, vec![cmd.clone()]).await {
+                match self
+                    .send_to_leader(g, leader, None, vec![cmd.clone()])
+                    .await
+                {
                     Ok(replies) => {
                         return replies
                             .unwrap_or_default()
                             .pop()
-                            .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
+                            .ok_or(ProposeError::TryAgain(TryAgain::NoReply));
                     }
                     // Never sent: it goes to the leader the group settles on next.
-                    Err(f) if f.never_sent && tokio::time::Instant::now() < deadline => {}
-                    Err(f) => return Err(f.error),
+                    Err(ProposeError::TryAgain(TryAgain::NotSent(_)))
+                        if tokio::time::Instant::now() < deadline => {}
+                    Err(e) => return Err(e),
                 }
             } else if tokio::time::Instant::now() >= deadline {
                 return Err(ProposeError::ClusterDown);

@@ -2,6 +2,7 @@
 //! nodes.
 
 pub(crate) mod entry_decode;
+pub(crate) mod errors;
 pub(crate) mod group_net;
 pub(crate) mod log_store;
 pub(crate) mod membership;
@@ -72,7 +73,7 @@ mod tests {
     const HUGE_LEN: [u8; 9] = [0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
 
     /// A peer frame whose string or key announces 2^64 bytes is refused, rather than sized
-    /// from that length (which panicked, and aborted the node for lengths around 2^56).
+    /// from that length (which would panic, or abort the node for lengths around 2^56).
     #[test]
     fn a_peer_frame_announcing_more_than_it_holds_is_refused() {
         // Response { id: 0, result: Err(PeerError::Raft(<huge string>)) }.

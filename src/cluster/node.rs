@@ -9,6 +9,8 @@
 //! own writer thread.
 
 use crate::clock::Clock;
+use crate::cluster::errors::TryAgain;
+pub(crate) use crate::cluster::errors::{ProposeError, TransferError};
 use crate::cluster::group_net::GroupNet;
 use crate::cluster::log_store::NodeLog;
 use crate::cluster::meta::{MetaState, MetaStore, RulesHook};
@@ -33,7 +35,6 @@ use openraft::impls::BasicNode;
 use openraft::network::RaftNetworkFactory;
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
@@ -92,17 +93,6 @@ pub(crate) const DEFAULT_LOG_MEMORY: u64 = 256 << 20;
 /// How long a group past its share of the log's memory waits for the snapshot or the purge it
 /// asked for before it gives the step up (and asks again if still past its share).
 const TRIM_RETRY: Duration = Duration::from_secs(5);
-
-/// Why a batch sent to a group's leader did not come back with replies. Kept on this node:
-/// `ProposeError` travels inside peer replies, and a variant added there could not be decoded
-/// by a node of an older version during a rolling upgrade.
-#[derive(Debug)]
-pub(crate) struct Unforwarded {
-    pub error: ProposeError,
-    /// The leader's connection could not be opened: nothing was sent, so sending the batch
-    /// again cannot apply it twice.
-    pub never_sent: bool,
-}
 
 /// What a group does next to keep its log within its share of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,9 +209,9 @@ impl ClusterSettings {
             // after it sent what a majority last acknowledged: a leader cut off from its
             // majority stops claiming its groups before another can have been elected.
             // Heartbeats every 100 ms give three chances before that; more often would double
-            // what idle groups cost (every group heartbeats on its own). A longest timeout of
-            // 500 ms made failover 80-100 ms slower, as a pre-vote cannot begin before the
-            // lease runs out.
+            // what idle groups cost (every group heartbeats on its own). The longest timeout
+            // stays close to the shortest: a pre-vote cannot begin before the lease runs out,
+            // so every millisecond more is a millisecond of failover.
             heartbeat_ms: 100,
             election_timeout_ms: (300, 400),
             write_timeout: Duration::from_millis(500),
@@ -343,53 +333,6 @@ impl RaftNetworkFactory<TypeConfig> for NetFactory {
         ))
     }
 }
-
-/// Why a proposal was not applied. A forwarded batch's refusal travels back to the node that
-/// forwarded it (in `PeerError::Refused`); `Cluster::error_reply` says it to a client.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ProposeError {
-    /// Another node leads the group.
-    Moved(NodeId),
-    /// No leader is known (no quorum, or an election is under way).
-    ClusterDown,
-    /// The group did not commit in time, or lost its leader meanwhile; retry.
-    TryAgain(String),
-    /// The cluster removed this node.
-    Removed,
-}
-
-impl std::fmt::Display for ProposeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ProposeError::Moved(l) => write!(f, "node {l} leads the group"),
-            ProposeError::ClusterDown => f.write_str("the group has no leader"),
-            ProposeError::TryAgain(why) => f.write_str(why),
-            ProposeError::Removed => f.write_str("this node was removed from the cluster"),
-        }
-    }
-}
-
-impl std::error::Error for ProposeError {}
-
-/// Why a leadership could not be handed over.
-#[derive(Debug)]
-pub enum TransferError {
-    /// This node holds no replica of the group.
-    NoReplica(GroupId),
-    /// The group's Raft has stopped.
-    Raft(openraft::error::Fatal<TypeConfig>),
-}
-
-impl std::fmt::Display for TransferError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TransferError::NoReplica(g) => write!(f, "no replica of group {g} here"),
-            TransferError::Raft(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for TransferError {}
 
 pub struct Cluster {
     pub me: NodeId,
@@ -540,7 +483,6 @@ impl Cluster {
         let fsync = settings.fsync;
         let node_log = handle
             .spawn(async move {
-                refuse_per_group_logs(&data_dir)?;
                 // One log for every group of the node, so one write (and fsync) carries them
                 // all.
                 NodeLog::open(Some(data_dir.join("raft-log")), fsync).map_err(StartError::Log)
@@ -1301,28 +1243,15 @@ impl Cluster {
     /// answers its clients as it applies the entry, and this returns None), forwarded
     /// otherwise (this returns the leader's replies). Follows up to three redirects: a
     /// redirect means the batch was refused before it entered the log, so sending it again
-    /// cannot apply it twice.
+    /// cannot apply it twice. A batch whose leader could not be reached at all fails with
+    /// `TryAgain::NotSent`.
     pub(crate) async fn send_to_leader(
-        &self,
-        g: GroupId,
-        target: NodeId,
-        origin: Option<Origin>,
-        cmds: Vec<KeyCmd>,
-    ) -> Result<Option<Vec<Reply>>, ProposeError> {
-        self.forward(g, target, origin, cmds)
-            .await
-            .map_err(|f| f.error)
-    }
-
-    /// `send_to_leader`, saying with an error whether the batch was never sent (see
-    /// [`Unforwarded`]).
-    pub(crate) async fn forward(
         &self,
         g: GroupId,
         mut target: NodeId,
         origin: Option<Origin>,
         cmds: Vec<KeyCmd>,
-    ) -> Result<Option<Vec<Reply>>, Unforwarded> {
+    ) -> Result<Option<Vec<Reply>>, ProposeError> {
         for _ in 0..3 {
             let result = if target == self.me {
                 let replies = self.commit(g, origin, cmds.clone()).await;
@@ -1336,33 +1265,22 @@ impl Cluster {
                     .await
                 {
                     Ok(RpcOk::Forward(replies)) => Ok(Some(replies)),
-                    Ok(_) => Err(ProposeError::TryAgain("unexpected forward reply".into())),
+                    Ok(_) => Err(ProposeError::TryAgain(TryAgain::UnexpectedAnswer)),
                     Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
                     Err(e @ CallError::CannotConnect(..)) => {
-                        return Err(Unforwarded {
-                            error: ProposeError::TryAgain(e.to_string()),
-                            never_sent: true,
-                        });
+                        return Err(ProposeError::TryAgain(TryAgain::NotSent(e.to_string())));
                     }
-                    Err(e) => Err(ProposeError::TryAgain(e.to_string())),
+                    Err(e) => Err(ProposeError::TryAgain(TryAgain::CallFailed(e.to_string()))),
                 }
             };
             match result {
                 // Refused before it entered the log (a redirect, possibly to the node just
                 // asked, once the leadership has settled): safe to send again.
                 Err(ProposeError::Moved(l)) => target = l,
-                other => {
-                    return other.map_err(|error| Unforwarded {
-                        error,
-                        never_sent: false,
-                    });
-                }
+                other => return other,
             }
         }
-        Err(Unforwarded {
-            error: ProposeError::TryAgain(format!("the leadership of group {g} is moving; retry")),
-            never_sent: false,
-        })
+        Err(ProposeError::TryAgain(TryAgain::LeadershipMoving(g)))
     }
 
     /// The error reply a Redis Cluster client acts on, for a command on `slot` that group
@@ -1455,18 +1373,14 @@ impl Cluster {
                 },
                 Some(ClientWriteError::LogEntryDiscarded(_)) => {
                     let settled = origin.is_some() && self.settle_discarded(&raft).await;
-                    Err(ProposeError::TryAgain(if settled {
-                        "the leader changed before this write committed; it was not applied".into()
-                    } else {
-                        "the leader changed before this write committed; it may or may not have been applied".into()
-                    }))
+                    Err(ProposeError::TryAgain(TryAgain::Discarded { settled }))
                 }
-                _ => Err(ProposeError::TryAgain(e.to_string())),
+                _ => Err(ProposeError::TryAgain(TryAgain::Raft(e.to_string()))),
             },
-            Err(waited) => Err(ProposeError::TryAgain(format!(
-                "group {g} did not commit within {} ms",
-                waited.as_millis()
-            ))),
+            Err(waited) => Err(ProposeError::TryAgain(TryAgain::NotCommitted {
+                group: g,
+                waited,
+            })),
         }
     }
 
@@ -1666,23 +1580,6 @@ pub(crate) fn caught_up(raft: &GroupRaft, id: NodeId) -> bool {
         .is_some_and(|i| Some(i) >= m.last_log_index)
 }
 
-/// Data directories written before all groups shared one log kept a log per group
-/// (`group-NNNN/log/`). Starting on one would silently begin with empty logs, so refuse.
-fn refuse_per_group_logs(data_dir: &std::path::Path) -> Result<(), StartError> {
-    if data_dir.join("raft-log").exists() {
-        return Ok(());
-    }
-    let Ok(dirs) = std::fs::read_dir(data_dir) else {
-        return Ok(());
-    };
-    for d in dirs.flatten() {
-        if d.file_name().to_string_lossy().starts_with("group-") && d.path().join("log").exists() {
-            return Err(StartError::PerGroupLogs(data_dir.to_path_buf()));
-        }
-    }
-    Ok(())
-}
-
 /// Listening on the configured host name may not work inside a container, where the name
 /// resolves to an address of another interface; listen on every interface then.
 pub(crate) fn bind_host(host: &str) -> &str {
@@ -1814,8 +1711,8 @@ async fn wait_for_fate<F: std::future::Future>(
 #[cfg(test)]
 mod tests {
     use super::{
-        FATE_POLL, FATE_WAIT, TRIM_RETRY, Trim, Trimming, WriteGate, local_leader,
-        refuse_per_group_logs, takes_claim, trim_step, wait_for_fate,
+        FATE_POLL, FATE_WAIT, TRIM_RETRY, Trim, Trimming, WriteGate, local_leader, takes_claim,
+        trim_step, wait_for_fate,
     };
     use openraft::ServerState;
     use std::cell::Cell;
@@ -1969,22 +1866,6 @@ mod tests {
             Trim::Nothing
         );
         assert_eq!(st, Trimming::Idle);
-    }
-
-    #[test]
-    fn a_data_dir_in_the_per_group_layout_is_refused() {
-        let dir = std::env::temp_dir().join(format!("bucketd-layout-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("group-0003").join("snapshot")).unwrap();
-        // Snapshots alone (no log) and an empty directory are fine.
-        assert!(refuse_per_group_logs(&dir).is_ok());
-        std::fs::create_dir_all(dir.join("group-0003").join("log")).unwrap();
-        let err = refuse_per_group_logs(&dir).unwrap_err().to_string();
-        assert!(err.contains("one-log-per-group"), "{err}");
-        // Once the shared log exists the old folders are leftovers, not the log.
-        std::fs::create_dir_all(dir.join("raft-log")).unwrap();
-        assert!(refuse_per_group_logs(&dir).is_ok());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

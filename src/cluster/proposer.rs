@@ -12,6 +12,7 @@
 //! the waiting batches' replies; every other entry (a follower's, one from an earlier run,
 //! or one whose wait already timed out) is applied without anyone to answer.
 
+use crate::cluster::errors::TryAgain;
 use crate::cluster::node::{Cluster, ProposeError};
 use crate::cluster::typ::{GroupId, Origin};
 use crate::cmd::keyed::{KeyCmd, Reply};
@@ -64,10 +65,10 @@ struct Gather {
 /// At most this many entries of one group proposed by one shard are on their way at a time.
 /// Commands that arrive meanwhile wait for the next entry, so under load each replication
 /// round (a log write, an append to each follower and its answer) carries every command that
-/// arrived during the one before, instead of a turn's worth each: at pipeline 1 with 50
-/// clients over three nodes, 12 commands per entry instead of 6, and 5-10% less CPU per check
-/// at pipeline 16. The wait costs a command at most one round, and then a hold (see [`Hold`])
-/// of at most two milliseconds; a lone client (one command in flight) waits for neither.
+/// arrived during the one before, instead of a turn's worth each: fewer, fuller entries, and
+/// less CPU per command. The wait costs a command at most one round, and then a hold (see
+/// [`Hold`]) of at most two milliseconds; a lone client (one command in flight) waits for
+/// neither.
 const MAX_IN_FLIGHT: usize = 1;
 
 /// Most time a group's gathered commands are held back for more to join them (see [`Hold`]).
@@ -85,9 +86,7 @@ const HOLD_FROM_BATCHES: usize = 4;
 /// cohorts: the connections answered by the entry that just committed come back during the
 /// next one, and would otherwise ride in an entry of their own behind the few commands that
 /// arrived meanwhile. Every entry costs a log write and a round trip to each follower,
-/// whatever it carries, so two half-full entries per round cost nearly twice one full entry:
-/// at pipeline 1 with 50 clients over three nodes, entries carried 12 commands on average
-/// where up to 17 were waiting.
+/// whatever it carries, so two half-full entries per round cost nearly twice one full entry.
 ///
 /// So right after one of the group's entries settled, when its recent entries carried many
 /// batches (one connection's round each) and fewer than three quarters as many are gathered,
@@ -433,7 +432,7 @@ async fn submit(
             if p.is_waiting(origin.seq) {
                 p.failed(
                     origin.seq,
-                    &ProposeError::TryAgain("the write committed without its replies".into()),
+                    &ProposeError::TryAgain(TryAgain::CommittedWithoutReplies),
                 );
             }
         }
