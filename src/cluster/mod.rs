@@ -3,17 +3,23 @@
 
 pub(crate) mod entry_decode;
 pub(crate) mod errors;
+pub(crate) mod executor;
 pub(crate) mod group_net;
 pub(crate) mod log_store;
 pub(crate) mod membership;
 pub(crate) mod meta;
 pub(crate) mod node;
-pub(crate) mod proposer;
 pub(crate) mod quiet;
 pub(crate) mod spec;
 pub(crate) mod state_machine;
 pub(crate) mod transport;
 pub(crate) mod typ;
+
+pub(crate) use errors::{ProposeError, TryAgain};
+pub(crate) use executor::{ExecFuture, GroupExecutor, ShardStopped};
+pub(crate) use node::Cluster;
+pub(crate) use state_machine::EntryBatch;
+pub(crate) use typ::{GroupId, Origin};
 
 /// A timer for a node's periodic task: a tick that comes late is not made up for.
 pub(crate) fn ticker(period: std::time::Duration) -> tokio::time::Interval {

@@ -11,12 +11,13 @@
 use crate::clock::Clock;
 use crate::cluster::errors::TryAgain;
 pub(crate) use crate::cluster::errors::{ProposeError, TransferError};
+use crate::cluster::executor::{GroupApplier, GroupExecutor, ShardExecutor, SharedExecutor};
 use crate::cluster::group_net::GroupNet;
 use crate::cluster::log_store::NodeLog;
 use crate::cluster::meta::{MetaState, MetaStore, RulesHook};
 use crate::cluster::quiet::{self, Quiet, QuietPinger, QuietTimings};
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
-use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
+use crate::cluster::state_machine::GroupStateMachine;
 use crate::cluster::transport::{
     self, CallError, Faults, GroupSnapshotWire, Handler, Network, PeerError, Rpc, RpcOk,
     ScriptsChange,
@@ -25,9 +26,7 @@ use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal, TypeConfig
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::cmd::script::{MAX_SCRIPT_BYTES, ScriptCache, sha1_hex};
 use crate::error::StartError;
-use crate::shard::{ShardHandle, ShardMsg};
 use crate::shutdown::Shutdown;
-use crate::store::Record;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use openraft::Instant as _;
 use openraft::error::ClientWriteError;
@@ -36,12 +35,10 @@ use openraft::network::RaftNetworkFactory;
 use openraft::type_config::async_runtime::WatchReceiver;
 use openraft_multi::{GroupNetworkAdapter, GroupNetworkFactory};
 use std::collections::BTreeMap;
-use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::sync::oneshot;
 
 /// How long a member may take to make a script cache change another member shares.
 const SCRIPTS_WAIT: Duration = Duration::from_secs(1);
@@ -228,95 +225,7 @@ impl ClusterSettings {
     }
 }
 
-/// Applies a group's committed entries on the shard thread that owns the group's keys.
-pub struct ShardExecutor {
-    shard: ShardHandle,
-    slots: (u16, u16),
-}
-
-fn gone() -> io::Error {
-    io::Error::other("shard stopped")
-}
-
-impl Executor for ShardExecutor {
-    async fn apply(&self, batches: Vec<EntryBatch>) -> io::Result<Vec<Vec<Reply>>> {
-        let (reply, rx) = oneshot::channel();
-        self.shard
-            .send(ShardMsg::ApplyAt { batches, reply })
-            .await
-            .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())
-    }
-
-    async fn export(&self, now: u64) -> io::Result<Vec<Record>> {
-        let (reply, rx) = oneshot::channel();
-        self.shard
-            .send(ShardMsg::Export {
-                slots: self.slots,
-                now,
-                reply,
-            })
-            .await
-            .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())
-    }
-
-    async fn import(&self, records: Vec<Record>) -> io::Result<()> {
-        let (reply, rx) = oneshot::channel();
-        self.shard
-            .send(ShardMsg::Import {
-                slots: self.slots,
-                records,
-                reply,
-            })
-            .await
-            .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())
-    }
-}
-
-/// Where a group's committed entries go: a data group's to the shard that owns its keys, the
-/// metadata group's to the node's copy of the metadata.
-pub enum GroupExecutor {
-    Shard(ShardExecutor),
-    Meta(Arc<MetaStore>),
-}
-
-impl Executor for GroupExecutor {
-    async fn apply(&self, batches: Vec<EntryBatch>) -> io::Result<Vec<Vec<Reply>>> {
-        match self {
-            GroupExecutor::Shard(s) => s.apply(batches).await,
-            GroupExecutor::Meta(m) => Ok(batches
-                .iter()
-                .map(|b| {
-                    let replies = m.apply(&b.cmds);
-                    // Replies go back through Raft: metadata changes have no origin.
-                    if b.origin.is_some() {
-                        Vec::new()
-                    } else {
-                        replies
-                    }
-                })
-                .collect()),
-        }
-    }
-
-    async fn export(&self, now: u64) -> io::Result<Vec<Record>> {
-        match self {
-            GroupExecutor::Shard(s) => s.export(now).await,
-            GroupExecutor::Meta(m) => m.export(),
-        }
-    }
-
-    async fn import(&self, records: Vec<Record>) -> io::Result<()> {
-        match self {
-            GroupExecutor::Shard(s) => s.import(records).await,
-            GroupExecutor::Meta(m) => m.import(records),
-        }
-    }
-}
-
-pub(crate) type GroupRaft = openraft::Raft<TypeConfig, GroupStateMachine<GroupExecutor>>;
+pub(crate) use crate::cluster::executor::GroupRaft;
 
 /// Builds each group's network client: every group shares the node's one `Network`.
 #[derive(Clone)]
@@ -383,7 +292,7 @@ pub struct Cluster {
     log_share: u64,
     raft_config: Arc<openraft::Config>,
     data_dir: PathBuf,
-    shards: Vec<ShardHandle>,
+    shards: Vec<SharedExecutor>,
     runtimes: Vec<tokio::runtime::Handle>,
     /// Set once the cluster removed this node: it serves nothing from then on.
     removed: std::sync::atomic::AtomicBool,
@@ -413,9 +322,12 @@ pub struct GroupMetrics {
 impl Cluster {
     /// Opens (or creates) this node's replicas and joins the cluster. A group's replicas
     /// initialise it the first time; a restart finds the group in its log and does not.
-    pub async fn start(
+    ///
+    /// `shards[s]` applies the entries of the groups `g` with `g % shards.len() == s`, on the
+    /// event loop `runtimes[s]`.
+    pub async fn start<S: GroupExecutor + Clone>(
         settings: ClusterSettings,
-        shards: &[ShardHandle],
+        shards: &[S],
         runtimes: &[tokio::runtime::Handle],
         clock: Arc<dyn Clock>,
         rules: Option<RulesHook>,
@@ -542,7 +454,10 @@ impl Cluster {
             log_share: settings.log_memory / (u64::from(meta_group) + 1),
             raft_config: config,
             data_dir: settings.data_dir.clone(),
-            shards: shards.to_vec(),
+            shards: shards
+                .iter()
+                .map(|s| Arc::new(s.clone()) as SharedExecutor)
+                .collect(),
             runtimes: runtimes.to_vec(),
             removed: std::sync::atomic::AtomicBool::new(false),
             moving: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -679,14 +594,11 @@ impl Cluster {
             return Ok(GroupRaft::clone(&r));
         }
         let exec = if g == self.meta_group() {
-            GroupExecutor::Meta(self.meta.clone())
+            GroupApplier::Meta(self.meta.clone())
         } else {
             let s = g as usize % self.shards.len().max(1);
             let shard = self.shards.get(s).cloned().ok_or(StartError::NoShards)?;
-            GroupExecutor::Shard(ShardExecutor {
-                shard,
-                slots: self.spec.group_slots(g),
-            })
+            GroupApplier::Shard(ShardExecutor::new(shard, self.spec.group_slots(g)))
         };
         let dir = if g == self.meta_group() {
             self.data_dir.join("metadata")
@@ -820,13 +732,8 @@ impl Cluster {
             if let Some(shard) = self.shards.get(s) {
                 // A partition at a time: the shard serves its other groups in between.
                 for part in 0..crate::store::Store::partitions() {
-                    let (reply, rx) = oneshot::channel();
-                    let msg = ShardMsg::ClearPart {
-                        slots: self.spec.group_slots(g),
-                        part,
-                        reply,
-                    };
-                    if shard.send(msg).await.is_err() || rx.await.is_err() {
+                    let slots = self.spec.group_slots(g);
+                    if shard.clear_part(slots, part).await.is_err() {
                         tracing::warn!(group = g, "could not clear the keys of a moved group");
                         break;
                     }

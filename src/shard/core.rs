@@ -80,7 +80,7 @@ pub struct ShardCore {
     bytes_at_trim: usize,
     last_trim: std::time::Instant,
     /// In a cluster: gathers key commands into log entries of the groups this shard owns.
-    pub proposer: Option<crate::cluster::proposer::Proposer>,
+    pub proposer: Option<super::proposer::Proposer>,
 }
 
 /// Batches at least this long look their keys up ahead (see `ShardCore::prefetch`), and at
@@ -200,10 +200,7 @@ impl ShardCore {
 
     /// Applies committed Raft entries, each at its own time. The entries this shard
     /// proposed answer their connections here; the others' replies are handed back.
-    pub fn apply_entries(
-        &mut self,
-        batches: Vec<crate::cluster::state_machine::EntryBatch>,
-    ) -> Vec<Vec<Reply>> {
+    pub fn apply_entries(&mut self, batches: Vec<crate::cluster::EntryBatch>) -> Vec<Vec<Reply>> {
         let mut all = Vec::with_capacity(batches.len());
         for b in batches {
             self.prefetch(&b.cmds);

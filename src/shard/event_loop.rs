@@ -69,12 +69,13 @@ pub(crate) fn run<A, F>(
                     let _ = reply.send(replies);
                 }
                 ShardMsg::Attach(cluster, run) => {
-                    let p = crate::cluster::proposer::Proposer::new(cluster, run);
+                    let p = super::proposer::Proposer::new(cluster, run);
                     let kick = p.kick();
                     core.borrow_mut().proposer = Some(p);
-                    proposing.push(tokio::task::spawn_local(
-                        crate::cluster::proposer::propose_turns(core.clone(), kick),
-                    ));
+                    proposing.push(tokio::task::spawn_local(super::proposer::propose_turns(
+                        core.clone(),
+                        kick,
+                    )));
                 }
                 ShardMsg::Export { slots, now, reply } => {
                     let _ = reply.send(core.borrow().export(slots, now));

@@ -12,11 +12,9 @@
 //! the waiting batches' replies; every other entry (a follower's, one from an earlier run,
 //! or one whose wait already timed out) is applied without anyone to answer.
 
-use crate::cluster::errors::TryAgain;
-use crate::cluster::node::{Cluster, ProposeError};
-use crate::cluster::typ::{GroupId, Origin};
+use super::{Answer, CoreRef};
+use crate::cluster::{Cluster, GroupId, Origin, ProposeError, TryAgain};
 use crate::cmd::keyed::{KeyCmd, Reply};
-use crate::shard::Answer;
 use ahash::AHashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -384,7 +382,7 @@ fn finish_one(batch: &BatchRef, refused: Option<&str>) {
 
 /// Runs on the shard's event loop: after each turn that gathered something, proposes every
 /// group's entry of that turn.
-pub(crate) async fn propose_turns(core: crate::shard::CoreRef, kick: Rc<Notify>) {
+pub(crate) async fn propose_turns(core: CoreRef, kick: Rc<Notify>) {
     let mut wake: Option<Instant> = None;
     loop {
         match wake {
@@ -416,7 +414,7 @@ pub(crate) async fn propose_turns(core: crate::shard::CoreRef, kick: Rc<Notify>)
 /// Replicates one entry and settles its batches' fate: answered by the apply on this shard,
 /// by the leader it was forwarded to, or failed.
 async fn submit(
-    core: crate::shard::CoreRef,
+    core: CoreRef,
     cluster: Arc<Cluster>,
     g: GroupId,
     origin: Origin,
