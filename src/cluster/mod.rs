@@ -1,19 +1,26 @@
 //! Cluster mode: hash slots split over a fixed number of Raft groups, each replicated on R
 //! nodes.
 
+mod balance;
+mod bootstrap;
 pub(crate) mod entry_decode;
 pub(crate) mod errors;
 pub(crate) mod executor;
 pub(crate) mod group_net;
+mod groups;
 pub(crate) mod log_store;
 pub(crate) mod membership;
 pub(crate) mod meta;
 pub(crate) mod node;
+mod peer;
 pub(crate) mod quiet;
+mod replicas;
+mod settings;
 pub(crate) mod spec;
 pub(crate) mod state_machine;
 pub(crate) mod transport;
 pub(crate) mod typ;
+mod writes;
 
 pub(crate) use errors::{ProposeError, TryAgain};
 pub(crate) use executor::{ExecFuture, GroupExecutor, ShardStopped};
