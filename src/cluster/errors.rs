@@ -1,8 +1,10 @@
 //! Why the cluster did not do what it was asked: a write not applied (and the reason a Redis
-//! Cluster client acts on), a leadership not handed over.
+//! Cluster client acts on), a leadership not handed over, a member not let in or out, a
+//! cluster not joined.
 
 use crate::cluster::typ::{GroupId, NodeId, TypeConfig};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Why a proposal was not applied. A forwarded batch's refusal travels back to the node that
@@ -136,6 +138,142 @@ impl std::fmt::Display for TransferError {
 }
 
 impl std::error::Error for TransferError {}
+
+/// Why a node was not let in (`BK.CLUSTER JOIN`) or not drained (`BK.CLUSTER REMOVE`). It
+/// reads as the error reply the client gets.
+#[derive(Debug)]
+pub enum MemberChangeError {
+    /// The joining node's peer address does not answer from here (`None`: timed out).
+    PeerUnreachable {
+        addr: String,
+        error: Option<std::io::Error>,
+    },
+    /// The cluster has not written its first metadata yet.
+    NotFormed,
+    /// The metadata group refused the change, with this error reply.
+    Refused(String),
+    /// The metadata group gave the joining node an id that is no id.
+    BadId,
+    /// The metadata group answered with something else than the change's reply.
+    UnexpectedReply,
+    /// The change could not be run through the metadata group: the error reply a Redis
+    /// Cluster client acts on.
+    NotApplied(String),
+}
+
+impl std::fmt::Display for MemberChangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MemberChangeError::PeerUnreachable { addr, error: None } => {
+                write!(f, "ERR cannot reach the peer address {addr}: timed out")
+            }
+            MemberChangeError::PeerUnreachable {
+                addr,
+                error: Some(e),
+            } => write!(f, "ERR cannot reach the peer address {addr}: {e}"),
+            MemberChangeError::NotFormed => f.write_str("ERR the cluster is not formed yet; retry"),
+            MemberChangeError::Refused(reply) | MemberChangeError::NotApplied(reply) => {
+                f.write_str(reply)
+            }
+            MemberChangeError::BadId => f.write_str("ERR bad node id"),
+            MemberChangeError::UnexpectedReply => {
+                f.write_str("ERR unexpected reply from the metadata group")
+            }
+        }
+    }
+}
+
+impl std::error::Error for MemberChangeError {}
+
+impl From<MemberChangeError> for String {
+    fn from(e: MemberChangeError) -> String {
+        e.to_string()
+    }
+}
+
+/// Why a node could not learn the cluster it belongs to: from its data folder, or from the
+/// member it was told to join through.
+#[derive(Debug)]
+pub(crate) enum JoinError {
+    /// `cluster.conf` could not be read, or says something wrong.
+    ClusterFile {
+        path: PathBuf,
+        problem: String,
+    },
+    /// The node was given no address of its own.
+    NoAddress,
+    /// The node's peer port could not be bound (the member checks that it answers).
+    PeerPort {
+        port: u16,
+        error: std::io::Error,
+    },
+    /// The member could not be reached (`None`: timed out).
+    Unreachable {
+        addr: String,
+        error: Option<std::io::Error>,
+    },
+    /// The connection to the member failed.
+    Io {
+        addr: String,
+        error: std::io::Error,
+    },
+    /// The member did not answer in time.
+    NoAnswer {
+        addr: String,
+    },
+    /// The member refused, with this error.
+    Refused {
+        addr: String,
+        why: String,
+    },
+    /// The member's answer is not a join's answer.
+    BadAnswer {
+        addr: String,
+        line: String,
+    },
+    BadGroupCount,
+    BadReplicas,
+    /// The members the member listed do not parse.
+    BadNodes(String),
+    /// What the member said could not be written to the data folder.
+    WriteFile {
+        dir: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+impl std::fmt::Display for JoinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinError::ClusterFile { path, problem } => write!(f, "{}: {problem}", path.display()),
+            JoinError::NoAddress => f.write_str("no address for this node"),
+            JoinError::PeerPort { port, error } => {
+                write!(f, "cannot listen on peer port {port}: {error}")
+            }
+            JoinError::Unreachable { addr, error: None } => {
+                write!(f, "cannot reach {addr}: timed out")
+            }
+            JoinError::Unreachable {
+                addr,
+                error: Some(e),
+            } => write!(f, "cannot reach {addr}: {e}"),
+            JoinError::Io { addr, error } => write!(f, "{addr}: {error}"),
+            JoinError::NoAnswer { addr } => write!(f, "{addr} did not answer the join in time"),
+            JoinError::Refused { addr, why } => write!(f, "{addr} refused the join: {why}"),
+            JoinError::BadAnswer { addr, line } => {
+                write!(f, "{addr} answered the join with '{line}'")
+            }
+            JoinError::BadGroupCount => f.write_str("bad group count"),
+            JoinError::BadReplicas => f.write_str("bad replicas"),
+            JoinError::BadNodes(why) => f.write_str(why),
+            JoinError::WriteFile { dir, error } => {
+                write!(f, "cannot write {}: {error}", dir.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
 
 #[cfg(test)]
 mod tests {

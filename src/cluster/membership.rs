@@ -16,8 +16,8 @@
 //!   drained node out once no group has a replica on it.
 
 use crate::cluster::balance::caught_up;
-use crate::cluster::errors::ProposeError;
 use crate::cluster::errors::TryAgain;
+use crate::cluster::errors::{JoinError, MemberChangeError, ProposeError, TransferError};
 use crate::cluster::executor::GroupRaft;
 use crate::cluster::groups::Groups;
 use crate::cluster::meta::{MemberState, MetaOp, MetaState};
@@ -183,14 +183,53 @@ async fn drive(weak: Weak<Membership>, mut shutdown: Shutdown) {
     }
 }
 
+/// Why one step of a membership change did not happen; the loops log it and try again at
+/// their next look.
+#[derive(Debug)]
+enum StepError {
+    /// This node holds no replica of the group (any more).
+    NoReplica,
+    /// This node holds no replica of the metadata group.
+    NoMetaReplica,
+    /// The group's Raft refused the change, in openraft's words.
+    Raft(String),
+    /// The change could not be reported to the metadata group.
+    Meta(ProposeError),
+    /// The leadership could not be handed over first.
+    Transfer(TransferError),
+    /// The node a replica moves to is not in the metadata.
+    UnknownNode(NodeId),
+    /// The new replica did not catch up within `CATCH_UP`.
+    CatchUp(NodeId),
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepError::NoReplica => f.write_str("no replica here"),
+            StepError::NoMetaReplica => f.write_str("no metadata replica"),
+            StepError::Raft(e) => f.write_str(e),
+            StepError::Meta(e) => e.fmt(f),
+            StepError::Transfer(e) => e.fmt(f),
+            StepError::UnknownNode(n) => write!(f, "node {n} is unknown"),
+            StepError::CatchUp(n) => write!(f, "node {n} did not catch up in time"),
+        }
+    }
+}
+
+/// openraft's error, in its words.
+fn raft_error(e: impl std::fmt::Display) -> StepError {
+    StepError::Raft(e.to_string())
+}
+
 /// On the metadata group's leader: lets one joining node in, or one drained node out.
 async fn steer_members(
     c: &Arc<Membership>,
     m: &MetaState,
     removed_at: &mut BTreeMap<NodeId, tokio::time::Instant>,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let g = c.groups.meta_group();
-    let raft = c.groups.raft(g).ok_or("no metadata replica")?;
+    let raft = c.groups.raft(g).ok_or(StepError::NoMetaReplica)?;
     let (voters, learners, joint) = membership_of(&raft);
     if joint {
         c.groups.wake_for_write(g, &raft).await;
@@ -218,11 +257,11 @@ async fn steer_members(
                     c.groups.wake_for_write(g, &raft).await;
                     raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(raft_error)?;
                 }
                 c.propose_meta(MetaOp::Activate(id))
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StepError::Meta)?;
                 tracing::info!(node = id, "a node joined the cluster");
                 return Ok(());
             }
@@ -233,7 +272,7 @@ async fn steer_members(
                         c.groups
                             .transfer_leader(g, to)
                             .await
-                            .map_err(|e| e.to_string())?;
+                            .map_err(StepError::Transfer)?;
                     }
                     return Ok(());
                 }
@@ -241,7 +280,7 @@ async fn steer_members(
                 // is out.
                 c.propose_meta(MetaOp::Remove(id))
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StepError::Meta)?;
                 tracing::info!(node = id, "a node left the cluster");
                 return Ok(());
             }
@@ -257,11 +296,11 @@ async fn steer_members(
                 c.groups.wake_for_write(g, &raft).await;
                 raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(raft_error)?;
                 if learners.contains(&id) {
                     raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(raft_error)?;
                 }
                 return Ok(());
             }
@@ -273,7 +312,7 @@ async fn steer_members(
 
 /// A membership change whose leader changed between its two steps leaves the group in a
 /// joint configuration: the new leader finishes it, with the configuration it was going to.
-async fn finish_joint(raft: &GroupRaft) -> Result<(), String> {
+async fn finish_joint(raft: &GroupRaft) -> Result<(), StepError> {
     let last: Option<BTreeSet<NodeId>> = {
         let m = raft.metrics();
         let m = m.borrow_watched();
@@ -287,7 +326,7 @@ async fn finish_joint(raft: &GroupRaft) -> Result<(), String> {
     raft.change_membership(ChangeMembers::ReplaceAllVoters(last), false)
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(raft_error)
 }
 
 /// (voters, learners, whether a joint configuration is in force) of a replica's membership.
@@ -371,8 +410,8 @@ async fn move_one(
     g: GroupId,
     voters: &[NodeId],
     desired: &[NodeId],
-) -> Result<(), String> {
-    let raft = c.groups.raft(g).ok_or("no replica here")?;
+) -> Result<(), StepError> {
+    let raft = c.groups.raft(g).ok_or(StepError::NoReplica)?;
     let incoming: Vec<NodeId> = desired
         .iter()
         .copied()
@@ -392,23 +431,20 @@ async fn move_one(
         c.groups
             .transfer_leader(g, to)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(StepError::Transfer)?;
         return Ok(());
     }
     c.groups.wake_for_write(g, &raft).await;
     let mut next: BTreeSet<NodeId> = voters.iter().copied().collect();
     if let Some(&n) = incoming.first() {
-        let node = c
-            .groups
-            .node(n)
-            .ok_or_else(|| format!("node {n} is unknown"))?;
+        let node = c.groups.node(n).ok_or(StepError::UnknownNode(n))?;
         tokio::time::timeout(
             CATCH_UP,
             raft.add_learner(n, BasicNode::new(node.peer_addr()), true),
         )
         .await
-        .map_err(|_| format!("node {n} did not catch up in time"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| StepError::CatchUp(n))?
+        .map_err(raft_error)?;
         next.insert(n);
     }
     // The leader leaves last. With replicas that stay but none in reach it takes itself out,
@@ -431,14 +467,14 @@ async fn move_one(
     }
     raft.change_membership(ChangeMembers::ReplaceAllVoters(next.clone()), false)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(raft_error)?;
     tracing::info!(group = g, voters = ?next, "moved a replica");
     c.propose_meta(MetaOp::Voters {
         group: g,
         voters: next.into_iter().collect(),
     })
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(StepError::Meta)?;
     Ok(())
 }
 
@@ -510,7 +546,7 @@ impl Membership {
         host: &str,
         port: u16,
         peer_port: u16,
-    ) -> Result<NodeId, String> {
+    ) -> Result<NodeId, MemberChangeError> {
         let addr = format!("{host}:{peer_port}");
         match tokio::time::timeout(
             Duration::from_secs(2),
@@ -519,19 +555,20 @@ impl Membership {
         .await
         {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(format!("ERR cannot reach the peer address {addr}: {e}")),
-            Err(_) => {
-                return Err(format!(
-                    "ERR cannot reach the peer address {addr}: timed out"
-                ));
+            Ok(Err(e)) => {
+                return Err(MemberChangeError::PeerUnreachable {
+                    addr,
+                    error: Some(e),
+                });
             }
+            Err(_) => return Err(MemberChangeError::PeerUnreachable { addr, error: None }),
         }
         // A cluster just created writes its first metadata a moment after it elects.
         if !self
             .await_meta(|m| m.is_bootstrapped(), Duration::from_secs(10))
             .await
         {
-            return Err("ERR the cluster is not formed yet; retry".into());
+            return Err(MemberChangeError::NotFormed);
         }
         let op = MetaOp::Join {
             host: host.to_string(),
@@ -539,10 +576,12 @@ impl Membership {
             peer_port,
         };
         match self.propose_meta(op).await {
-            Ok(Reply::Int(id)) => u64::try_from(id).map_err(|_| "ERR bad node id".to_string()),
-            Ok(Reply::Error(e)) => Err(e.into_owned()),
-            Ok(_) => Err("ERR unexpected reply from the metadata group".into()),
-            Err(e) => Err(self.writes.error_reply(0, &e)),
+            Ok(Reply::Int(id)) => u64::try_from(id).map_err(|_| MemberChangeError::BadId),
+            Ok(Reply::Error(e)) => Err(MemberChangeError::Refused(e.into_owned())),
+            Ok(_) => Err(MemberChangeError::UnexpectedReply),
+            Err(e) => Err(MemberChangeError::NotApplied(
+                self.writes.error_reply(0, &e),
+            )),
         }
     }
 
@@ -568,11 +607,13 @@ impl Membership {
     }
 
     /// `BK.CLUSTER REMOVE`: starts draining node `id`.
-    pub(crate) async fn remove_node(&self, id: NodeId) -> Result<(), String> {
+    pub(crate) async fn remove_node(&self, id: NodeId) -> Result<(), MemberChangeError> {
         match self.propose_meta(MetaOp::Drain(id)).await {
-            Ok(Reply::Error(e)) => Err(e.into_owned()),
+            Ok(Reply::Error(e)) => Err(MemberChangeError::Refused(e.into_owned())),
             Ok(_) => Ok(()),
-            Err(e) => Err(self.writes.error_reply(0, &e)),
+            Err(e) => Err(MemberChangeError::NotApplied(
+                self.writes.error_reply(0, &e),
+            )),
         }
     }
 
@@ -611,14 +652,17 @@ fn write_cluster_file<'a>(
 }
 
 /// A node's cluster as its data folder remembers it: (its id, the cluster).
-pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpec)>, String> {
+pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpec)>, JoinError> {
     let path = dir.join(CLUSTER_FILE);
+    let bad = |problem: &str| JoinError::ClusterFile {
+        path: path.clone(),
+        problem: problem.to_string(),
+    };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(bad(&e.to_string())),
     };
-    let bad = |what: &str| format!("{}: {what}", path.display());
     let doc: toml::Table = text.parse().map_err(|e| bad(&format!("{e}")))?;
     let int = |k: &str| {
         doc.get(k)
@@ -648,12 +692,20 @@ pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpe
 pub(crate) async fn request_join(
     addr: &str,
     me: &NodeSpec,
-) -> Result<(NodeId, ClusterSpec), String> {
+) -> Result<(NodeId, ClusterSpec), JoinError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let unreachable = |error| JoinError::Unreachable {
+        addr: addr.to_string(),
+        error,
+    };
+    let io = |error| JoinError::Io {
+        addr: addr.to_string(),
+        error,
+    };
     let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
         .await
-        .map_err(|_| format!("cannot reach {addr}: timed out"))?
-        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+        .map_err(|_| unreachable(None))?
+        .map_err(|e| unreachable(Some(e)))?;
     let args = [
         "BK.CLUSTER".to_string(),
         "JOIN".to_string(),
@@ -665,9 +717,7 @@ pub(crate) async fn request_join(
     for a in &args {
         req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
     }
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| format!("{addr}: {e}"))?;
+    s.write_all(req.as_bytes()).await.map_err(io)?;
     // The answer is one line: "+OK id groups replicas nodes" or "-ERR ...".
     let mut buf = Vec::new();
     let read = async {
@@ -683,24 +733,30 @@ pub(crate) async fn request_join(
     };
     tokio::time::timeout(Duration::from_secs(30), read)
         .await
-        .map_err(|_| format!("{addr} did not answer the join in time"))?
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(|_| JoinError::NoAnswer {
+            addr: addr.to_string(),
+        })?
+        .map_err(io)?;
     let line = String::from_utf8_lossy(&buf).trim_end().to_string();
     if let Some(err) = line.strip_prefix('-') {
-        return Err(format!("{addr} refused the join: {err}"));
+        return Err(JoinError::Refused {
+            addr: addr.to_string(),
+            why: err.to_string(),
+        });
     }
     let fields: Vec<&str> = line.trim_start_matches('+').split(' ').collect();
+    let bad_answer = || JoinError::BadAnswer {
+        addr: addr.to_string(),
+        line: line.clone(),
+    };
     let [_, id, groups, replicas, nodes] = fields[..] else {
-        return Err(format!("{addr} answered the join with '{line}'"));
+        return Err(bad_answer());
     };
-    let num = |v: &str| {
-        v.parse::<u64>()
-            .map_err(|_| format!("{addr} answered the join with '{line}'"))
-    };
+    let num = |v: &str| v.parse::<u64>().map_err(|_| bad_answer());
     let id = num(id)?;
-    let groups = u32::try_from(num(groups)?).map_err(|_| "bad group count".to_string())?;
-    let replicas = usize::try_from(num(replicas)?).map_err(|_| "bad replicas".to_string())?;
-    let mut nodes = ClusterSpec::parse_nodes(nodes)?;
+    let groups = u32::try_from(num(groups)?).map_err(|_| JoinError::BadGroupCount)?;
+    let replicas = usize::try_from(num(replicas)?).map_err(|_| JoinError::BadReplicas)?;
+    let mut nodes = ClusterSpec::parse_nodes(nodes).map_err(JoinError::BadNodes)?;
     nodes.retain(|n| n.id != id);
     nodes.push(NodeSpec { id, ..me.clone() });
     Ok((
@@ -715,28 +771,30 @@ pub(crate) async fn request_join(
 
 /// Gives a node started with `--join` its id and the members: from its data folder when it
 /// joined before (a restart), otherwise from the member at `addr`.
-pub(crate) async fn resolve_join(cs: &mut ClusterSettings, addr: &str) -> Result<(), String> {
-    let me = cs
-        .spec
-        .nodes
-        .first()
-        .cloned()
-        .ok_or("no address for this node")?;
-    let (id, spec) = match read_cluster_file(&cs.data_dir)? {
-        Some(known) => known,
-        None => {
-            // The peer port must answer while the member checks it: bound now, served once
-            // the node runs.
-            let probe = std::net::TcpListener::bind((bind_host(&me.host), me.peer_port))
-                .map_err(|e| format!("cannot listen on peer port {}: {e}", me.peer_port))?;
-            let (id, spec) = request_join(addr, &me).await?;
-            drop(probe);
-            write_cluster_file(&cs.data_dir, id, spec.groups, spec.replicas, &spec.nodes)
-                .map_err(|e| format!("cannot write {}: {e}", cs.data_dir.display()))?;
-            tracing::info!(node = id, "the cluster gave this node its id");
-            (id, spec)
-        }
-    };
+pub(crate) async fn resolve_join(cs: &mut ClusterSettings, addr: &str) -> Result<(), JoinError> {
+    let me = cs.spec.nodes.first().cloned().ok_or(JoinError::NoAddress)?;
+    let (id, spec) =
+        match read_cluster_file(&cs.data_dir)? {
+            Some(known) => known,
+            None => {
+                // The peer port must answer while the member checks it: bound now, served once
+                // the node runs.
+                let probe = std::net::TcpListener::bind((bind_host(&me.host), me.peer_port))
+                    .map_err(|error| JoinError::PeerPort {
+                        port: me.peer_port,
+                        error,
+                    })?;
+                let (id, spec) = request_join(addr, &me).await?;
+                drop(probe);
+                write_cluster_file(&cs.data_dir, id, spec.groups, spec.replicas, &spec.nodes)
+                    .map_err(|error| JoinError::WriteFile {
+                        dir: cs.data_dir.clone(),
+                        error,
+                    })?;
+                tracing::info!(node = id, "the cluster gave this node its id");
+                (id, spec)
+            }
+        };
     cs.node_id = id;
     cs.spec = spec;
     cs.joined = true;

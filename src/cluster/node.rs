@@ -20,7 +20,7 @@
 use crate::clock::Clock;
 use crate::cluster::balance::Balancer;
 use crate::cluster::bootstrap::{self, Host};
-pub(crate) use crate::cluster::errors::{ProposeError, TransferError};
+pub(crate) use crate::cluster::errors::{MemberChangeError, ProposeError, TransferError};
 use crate::cluster::executor::{GroupExecutor, GroupRaft};
 pub(crate) use crate::cluster::groups::GroupMetrics;
 use crate::cluster::groups::Groups;
@@ -286,7 +286,12 @@ impl Cluster {
 
     /// A node asks to join (`BK.CLUSTER JOIN`): its peer port must answer from here, then it
     /// gets a fresh id.
-    pub async fn admit(&self, host: &str, port: u16, peer_port: u16) -> Result<NodeId, String> {
+    pub async fn admit(
+        &self,
+        host: &str,
+        port: u16,
+        peer_port: u16,
+    ) -> Result<NodeId, MemberChangeError> {
         self.membership.admit(host, port, peer_port).await
     }
 
@@ -296,7 +301,7 @@ impl Cluster {
     }
 
     /// `BK.CLUSTER REMOVE`: starts draining node `id`.
-    pub async fn remove_node(&self, id: NodeId) -> Result<(), String> {
+    pub async fn remove_node(&self, id: NodeId) -> Result<(), MemberChangeError> {
         self.membership.remove_node(id).await
     }
 
