@@ -2,7 +2,7 @@
 //! out or replace a group's keys for its snapshots, clear the keys of a replica moved away.
 //! Each call is one message to the shard's event loop and its answer.
 
-use super::{ShardHandle, ShardMsg};
+use super::msg::{ShardHandle, ShardMsg};
 use crate::cluster::{EntryBatch, ExecFuture, GroupExecutor, ShardStopped};
 use crate::cmd::keyed::Reply;
 use crate::store::Record;

@@ -13,7 +13,8 @@
 //! - `turn`: the end of a turn of that loop, when connections write their replies together;
 //! - `proposer`: in a cluster, gathers a turn's commands per group into one log entry and
 //!   answers them when the entry is applied;
-//! - `executor`: what the cluster asks of a shard (applying committed entries, snapshots).
+//! - `executor`: what the cluster asks of a shard (applying committed entries, snapshots);
+//! - `stats`: the figures a shard publishes for INFO and the metrics.
 
 mod core;
 mod event_loop;
@@ -21,12 +22,14 @@ mod executor;
 pub(crate) mod metrics;
 mod msg;
 mod proposer;
+mod stats;
 mod turn;
 
+pub use self::core::ShardCore;
 pub(crate) use self::core::release_free_memory;
 pub use self::core::set_free_memory_release;
-pub(crate) use self::core::{CoreRef, Outcome, SWEEP_INTERVAL};
-pub use self::core::{ShardCore, ShardStats};
+pub(crate) use self::core::{CoreRef, Outcome};
+pub use self::stats::ShardStats;
 pub(crate) use event_loop::run;
 pub(crate) use msg::{Answer, ShardGone, ShardHandle, ShardInbox};
 pub use msg::{ShardMsg, Transport, channel};

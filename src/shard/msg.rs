@@ -1,7 +1,7 @@
 //! How work reaches a shard: the messages it takes, the answers it gives, and the bounded
 //! channel between (`ShardHandle` sends from any thread, `ShardInbox` is the shard's end).
 
-use super::ShardStats;
+use super::stats::ShardStats;
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::store::Record;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};

@@ -12,8 +12,8 @@
 //! the waiting batches' replies; every other entry (a follower's, one from an earlier run,
 //! or one whose wait already timed out) is applied without anyone to answer.
 
-use super::{Answer, CoreRef};
-use crate::cluster::{Cluster, GroupId, Origin, ProposeError, TryAgain};
+use super::msg::Answer;
+use crate::cluster::{Cluster, GroupId, Origin, ProposeError};
 use crate::cmd::keyed::{KeyCmd, Reply};
 use ahash::AHashMap;
 use std::borrow::Cow;
@@ -280,7 +280,7 @@ impl Proposer {
 
     /// One of this shard's entries of group `g` is settled (answered or failed): if commands
     /// wait for room, the next turn proposes them.
-    fn settled(&mut self, g: GroupId) {
+    pub(crate) fn settled(&mut self, g: GroupId) {
         if let Some(gather) = self.gathering.get_mut(g as usize) {
             gather.in_flight = gather.in_flight.saturating_sub(1);
             gather.hold.settled(Instant::now());
@@ -377,65 +377,6 @@ fn finish_one(batch: &BatchRef, refused: Option<&str>) {
             rest: Vec::new(),
             refused: b.refused.take(),
         });
-    }
-}
-
-/// Runs on the shard's event loop: after each turn that gathered something, proposes every
-/// group's entry of that turn.
-pub(crate) async fn propose_turns(core: CoreRef, kick: Rc<Notify>) {
-    let mut wake: Option<Instant> = None;
-    loop {
-        match wake {
-            // A group holds its commands: more of them, or the end of the hold, wakes it.
-            Some(at) => {
-                tokio::select! {
-                    _ = kick.notified() => {}
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                }
-            }
-            None => kick.notified().await,
-        }
-        // Let every connection task that is ready run first, so what they hand the shard
-        // this turn rides in the same entries.
-        tokio::task::yield_now().await;
-        let (cluster, work) = {
-            let mut c = core.borrow_mut();
-            let Some(p) = c.proposer.as_mut() else { return };
-            let (work, at) = p.take_turn(Instant::now());
-            wake = at;
-            (p.cluster().clone(), work)
-        };
-        for (g, origin, cmds) in work {
-            tokio::task::spawn_local(submit(core.clone(), cluster.clone(), g, origin, cmds));
-        }
-    }
-}
-
-/// Replicates one entry and settles its batches' fate: answered by the apply on this shard,
-/// by the leader it was forwarded to, or failed.
-async fn submit(
-    core: CoreRef,
-    cluster: Arc<Cluster>,
-    g: GroupId,
-    origin: Origin,
-    cmds: Vec<KeyCmd>,
-) {
-    let result = cluster.replicate(g, origin, cmds).await;
-    let mut c = core.borrow_mut();
-    let Some(p) = c.proposer.as_mut() else { return };
-    p.settled(g);
-    match result {
-        // Committed, and applied here before the commit was reported: already answered.
-        Ok(None) => {
-            if p.is_waiting(origin.seq) {
-                p.failed(
-                    origin.seq,
-                    &ProposeError::TryAgain(TryAgain::CommittedWithoutReplies),
-                );
-            }
-        }
-        Ok(Some(replies)) => p.answered(origin.seq, replies),
-        Err(e) => p.failed(origin.seq, &e),
     }
 }
 
