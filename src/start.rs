@@ -33,7 +33,7 @@ pub async fn start(
         // shards) come from the cluster.
         crate::cluster::membership::resolve_join(cs, &addr)
             .await
-            .map_err(StartError::Join)?;
+            .map_err(|e| StartError::Join(e.to_string()))?;
     }
     let rules = RuleStore::open(settings.rules.clone()).map_err(StartError::Rules)?;
     let rls = open_rls(&settings)?;

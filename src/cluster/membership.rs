@@ -15,17 +15,24 @@
 //!   makes joining nodes voters of the metadata group (and then full members), and takes a
 //!   drained node out once no group has a replica on it.
 
+use crate::cluster::balance::caught_up;
+use crate::cluster::errors::TryAgain;
+use crate::cluster::errors::{JoinError, MemberChangeError, ProposeError, TransferError};
+use crate::cluster::executor::GroupRaft;
+use crate::cluster::groups::Groups;
 use crate::cluster::meta::{MemberState, MetaOp, MetaState};
-use crate::cluster::node::{Cluster, ProposeError, caught_up};
+use crate::cluster::replicas::ReplicaSet;
+use crate::cluster::settings::{ClusterSettings, bind_host};
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
 use crate::cluster::typ::{GroupId, NodeId};
+use crate::cluster::writes::Writes;
 use crate::cmd::keyed::Reply;
 use crate::shutdown::Shutdown;
 use openraft::ChangeMembers;
 use openraft::impls::BasicNode;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -41,14 +48,21 @@ const REMOVED_HEARS: Duration = Duration::from_secs(2);
 /// The file in the data folder that says which cluster a node belongs to.
 pub(crate) const CLUSTER_FILE: &str = "cluster.conf";
 
-pub(crate) fn spawn(cluster: &Arc<Cluster>, shutdown: Shutdown) {
-    let h = cluster.event_loop();
-    h.spawn(follow(Arc::downgrade(cluster), shutdown.clone()));
-    h.spawn(drive(Arc::downgrade(cluster), shutdown));
+/// Moves this node's part of the cluster to where the metadata says it belongs.
+pub(crate) struct Membership {
+    groups: Arc<Groups>,
+    writes: Arc<Writes>,
+    replicas: Arc<ReplicaSet>,
+    /// The groups whose replicas this node moves now (as their leader).
+    moving: std::sync::Mutex<std::collections::HashSet<GroupId>>,
+    /// Where `cluster.conf` is kept.
+    data_dir: PathBuf,
+    /// This node joined a running cluster (it was not created with it).
+    joined: bool,
 }
 
-async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
-    let Some(mut rx) = weak.upgrade().map(|c| c.meta.watch()) else {
+async fn follow(weak: Weak<Membership>, mut shutdown: Shutdown) {
+    let Some(mut rx) = weak.upgrade().map(|c| c.groups.meta.watch()) else {
         return;
     };
     let mut seen_version = None;
@@ -60,14 +74,15 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
             _ = shutdown.recv() => return,
         }
         let Some(c) = weak.upgrade() else { return };
-        let m = c.metadata();
+        let m = c.groups.metadata();
         if !m.is_bootstrapped() {
             continue;
         }
         // A removed node stays a peer while the metadata group still lists it: its leader
         // keeps it a moment so that it hears that it was removed.
         let meta_members = c
-            .raft(c.meta_group())
+            .groups
+            .raft(c.groups.meta_group())
             .map(|r| {
                 let (v, l, _) = membership_of(&r);
                 v.into_iter().chain(l).collect::<Vec<_>>()
@@ -76,64 +91,74 @@ async fn follow(weak: Weak<Cluster>, mut shutdown: Shutdown) {
         for member in m.members.values() {
             let id = member.node.id;
             if member.state != MemberState::Removed {
-                c.network().add_peer(id, &member.node.peer_addr());
+                c.groups.net.add_peer(id, &member.node.peer_addr());
             } else if !meta_members.contains(&id) {
-                c.network().remove_peer(id);
+                c.groups.net.remove_peer(id);
             }
         }
         if seen_version != Some(m.version) {
             seen_version = Some(m.version);
             let nodes = m.current().map(|n| &n.node);
-            if let Err(e) =
-                write_cluster_file(c.data_dir(), c.me, m.groups, m.replicas as usize, nodes)
-            {
+            if let Err(e) = write_cluster_file(
+                &c.data_dir,
+                c.groups.me,
+                m.groups,
+                m.replicas as usize,
+                nodes,
+            ) {
                 tracing::warn!("could not write {CLUSTER_FILE}: {e}");
             }
         }
-        if m.state_of(c.me) == Some(MemberState::Removed) {
-            c.mark_removed();
+        if m.state_of(c.groups.me) == Some(MemberState::Removed) {
+            c.groups.mark_removed();
             // Every replica, the metadata group's too: a removed node takes part in nothing.
-            for g in 0..=c.meta_group() {
-                c.drop_replica(g).await;
+            for g in 0..=c.groups.meta_group() {
+                c.replicas.drop_replica(g).await;
             }
             return;
         }
         let placement = m.placement();
-        for g in 0..c.spec.groups {
-            let listed = m.voters.get(g as usize).is_some_and(|v| v.contains(&c.me));
-            let wanted = listed || placement.get(g as usize).is_some_and(|v| v.contains(&c.me));
-            let held = c.raft(g).is_some();
+        for g in 0..c.groups.spec.groups {
+            let listed = m
+                .voters
+                .get(g as usize)
+                .is_some_and(|v| v.contains(&c.groups.me));
+            let wanted = listed
+                || placement
+                    .get(g as usize)
+                    .is_some_and(|v| v.contains(&c.groups.me));
+            let held = c.groups.raft(g).is_some();
             if wanted && !held {
-                if let Err(e) = c.open_replica(g).await {
+                if let Err(e) = c.replicas.open_replica(g).await {
                     tracing::warn!(group = g, "could not open a replica: {e}");
                 }
-            } else if !wanted && held && c.leader(g) != Some(c.me) {
+            } else if !wanted && held && c.groups.leader(g) != Some(c.groups.me) {
                 // The group's leader reported voters without this node once the change that
                 // took it out committed; a learner left over from a move given up is not
                 // listed either.
-                c.drop_replica(g).await;
+                c.replicas.drop_replica(g).await;
             }
         }
     }
 }
 
-async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
+async fn drive(weak: Weak<Membership>, mut shutdown: Shutdown) {
     let mut tick = super::ticker(LOOK_EVERY);
     // When this node (as the metadata group's leader) first saw each removed member.
     let mut removed_at: BTreeMap<NodeId, tokio::time::Instant> = BTreeMap::new();
     while super::next_tick(&mut tick, &mut shutdown).await {
         let Some(c) = weak.upgrade() else { return };
-        if c.is_removed() {
+        if c.groups.is_removed() {
             continue;
         }
-        let m = c.metadata();
-        if c.leads(c.meta_group()) {
+        let m = c.groups.metadata();
+        if c.groups.leads(c.groups.meta_group()) {
             if !m.is_bootstrapped() {
-                if c.founder() {
+                if !c.joined {
                     let op = MetaOp::Bootstrap {
-                        nodes: c.spec.nodes.clone(),
-                        groups: c.spec.groups,
-                        replicas: c.spec.replicas as u32,
+                        nodes: c.groups.spec.nodes.clone(),
+                        groups: c.groups.spec.groups,
+                        replicas: c.groups.spec.replicas as u32,
                     };
                     if let Err(e) = c.propose_meta(op).await {
                         tracing::debug!("bootstrap: {e}");
@@ -149,8 +174,8 @@ async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
             continue;
         }
         let placement = m.placement();
-        for g in 0..c.spec.groups {
-            if c.leads(g) {
+        for g in 0..c.groups.spec.groups {
+            if c.groups.leads(g) {
                 let desired = placement.get(g as usize).cloned().unwrap_or_default();
                 converge(&c, &m, g, desired).await;
             }
@@ -158,17 +183,56 @@ async fn drive(weak: Weak<Cluster>, mut shutdown: Shutdown) {
     }
 }
 
+/// Why one step of a membership change did not happen; the loops log it and try again at
+/// their next look.
+#[derive(Debug)]
+enum StepError {
+    /// This node holds no replica of the group (any more).
+    NoReplica,
+    /// This node holds no replica of the metadata group.
+    NoMetaReplica,
+    /// The group's Raft refused the change, in openraft's words.
+    Raft(String),
+    /// The change could not be reported to the metadata group.
+    Meta(ProposeError),
+    /// The leadership could not be handed over first.
+    Transfer(TransferError),
+    /// The node a replica moves to is not in the metadata.
+    UnknownNode(NodeId),
+    /// The new replica did not catch up within `CATCH_UP`.
+    CatchUp(NodeId),
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepError::NoReplica => f.write_str("no replica here"),
+            StepError::NoMetaReplica => f.write_str("no metadata replica"),
+            StepError::Raft(e) => f.write_str(e),
+            StepError::Meta(e) => e.fmt(f),
+            StepError::Transfer(e) => e.fmt(f),
+            StepError::UnknownNode(n) => write!(f, "node {n} is unknown"),
+            StepError::CatchUp(n) => write!(f, "node {n} did not catch up in time"),
+        }
+    }
+}
+
+/// openraft's error, in its words.
+fn raft_error(e: impl std::fmt::Display) -> StepError {
+    StepError::Raft(e.to_string())
+}
+
 /// On the metadata group's leader: lets one joining node in, or one drained node out.
 async fn steer_members(
-    c: &Arc<Cluster>,
+    c: &Arc<Membership>,
     m: &MetaState,
     removed_at: &mut BTreeMap<NodeId, tokio::time::Instant>,
-) -> Result<(), String> {
-    let g = c.meta_group();
-    let raft = c.raft(g).ok_or("no metadata replica")?;
+) -> Result<(), StepError> {
+    let g = c.groups.meta_group();
+    let raft = c.groups.raft(g).ok_or(StepError::NoMetaReplica)?;
     let (voters, learners, joint) = membership_of(&raft);
     if joint {
-        c.quiet().on_write(c, g, &raft).await;
+        c.groups.wake_for_write(g, &raft).await;
         return finish_joint(&raft).await;
     }
     for member in m.members.values() {
@@ -176,7 +240,7 @@ async fn steer_members(
         match member.state {
             MemberState::Joining => {
                 if !learners.contains(&id) && !voters.contains(&id) {
-                    c.quiet().on_write(c, g, &raft).await;
+                    c.groups.wake_for_write(g, &raft).await;
                     let node = BasicNode::new(member.node.peer_addr());
                     // Not waited for: a node that never comes must not hold up the others.
                     if let Err(e) = raft.add_learner(id, node, false).await {
@@ -190,22 +254,25 @@ async fn steer_members(
                     if !caught_up(&raft, id) {
                         continue;
                     }
-                    c.quiet().on_write(c, g, &raft).await;
+                    c.groups.wake_for_write(g, &raft).await;
                     raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(raft_error)?;
                 }
                 c.propose_meta(MetaOp::Activate(id))
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StepError::Meta)?;
                 tracing::info!(node = id, "a node joined the cluster");
                 return Ok(());
             }
             MemberState::Draining if m.replicas_on(id) == 0 => {
-                if id == c.me {
+                if id == c.groups.me {
                     // Someone else lets this node out.
-                    if let Some(&to) = voters.iter().find(|&&v| v != id && c.is_up(v)) {
-                        c.transfer_leader(g, to).await.map_err(|e| e.to_string())?;
+                    if let Some(&to) = voters.iter().find(|&&v| v != id && c.groups.is_up(v)) {
+                        c.groups
+                            .transfer_leader(g, to)
+                            .await
+                            .map_err(StepError::Transfer)?;
                     }
                     return Ok(());
                 }
@@ -213,7 +280,7 @@ async fn steer_members(
                 // is out.
                 c.propose_meta(MetaOp::Remove(id))
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(StepError::Meta)?;
                 tracing::info!(node = id, "a node left the cluster");
                 return Ok(());
             }
@@ -223,17 +290,17 @@ async fn steer_members(
                 let seen = *removed_at
                     .entry(id)
                     .or_insert_with(tokio::time::Instant::now);
-                if c.is_up(id) && seen.elapsed() < REMOVED_HEARS {
+                if c.groups.is_up(id) && seen.elapsed() < REMOVED_HEARS {
                     continue;
                 }
-                c.quiet().on_write(c, g, &raft).await;
+                c.groups.wake_for_write(g, &raft).await;
                 raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(raft_error)?;
                 if learners.contains(&id) {
                     raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(raft_error)?;
                 }
                 return Ok(());
             }
@@ -245,7 +312,7 @@ async fn steer_members(
 
 /// A membership change whose leader changed between its two steps leaves the group in a
 /// joint configuration: the new leader finishes it, with the configuration it was going to.
-async fn finish_joint(raft: &crate::cluster::node::GroupRaft) -> Result<(), String> {
+async fn finish_joint(raft: &GroupRaft) -> Result<(), StepError> {
     let last: Option<BTreeSet<NodeId>> = {
         let m = raft.metrics();
         let m = m.borrow_watched();
@@ -259,11 +326,11 @@ async fn finish_joint(raft: &crate::cluster::node::GroupRaft) -> Result<(), Stri
     raft.change_membership(ChangeMembers::ReplaceAllVoters(last), false)
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(raft_error)
 }
 
 /// (voters, learners, whether a joint configuration is in force) of a replica's membership.
-fn membership_of(raft: &crate::cluster::node::GroupRaft) -> (Vec<NodeId>, Vec<NodeId>, bool) {
+fn membership_of(raft: &GroupRaft) -> (Vec<NodeId>, Vec<NodeId>, bool) {
     let m = raft.metrics();
     let m = m.borrow_watched();
     let mem = m.membership_config.membership();
@@ -276,14 +343,14 @@ fn membership_of(raft: &crate::cluster::node::GroupRaft) -> (Vec<NodeId>, Vec<No
 
 /// On the leader of `g`: reports the group's voters if the metadata has them wrong, and
 /// starts moving a replica if one is not where it belongs.
-async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<NodeId>) {
-    let Some(raft) = c.raft(g) else { return };
+async fn converge(c: &Arc<Membership>, m: &MetaState, g: GroupId, mut desired: Vec<NodeId>) {
+    let Some(raft) = c.groups.raft(g) else { return };
     let (mut voters, learners, joint) = membership_of(&raft);
     if joint {
         if c.start_move(g) {
             let c2 = c.clone();
-            c.runtime_of(g).spawn(async move {
-                c2.quiet().on_write(&c2, g, &raft).await;
+            c.groups.runtime_of(g).spawn(async move {
+                c2.groups.wake_for_write(g, &raft).await;
                 if let Err(e) = finish_joint(&raft).await {
                     tracing::info!(group = g, "a membership change is not finished yet: {e}");
                 }
@@ -317,7 +384,7 @@ async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<
             .filter(|l| !desired.contains(l))
             .collect();
         if !strays.is_empty() {
-            c.quiet().on_write(c, g, &raft).await;
+            c.groups.wake_for_write(g, &raft).await;
             let _ = raft
                 .change_membership(ChangeMembers::RemoveNodes(strays), false)
                 .await;
@@ -328,7 +395,7 @@ async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<
         return;
     }
     let c2 = c.clone();
-    c.runtime_of(g).spawn(async move {
+    c.groups.runtime_of(g).spawn(async move {
         match move_one(&c2, g, &voters, &desired).await {
             Ok(()) => {}
             Err(e) => tracing::info!(group = g, "replica move not done yet: {e}"),
@@ -339,12 +406,12 @@ async fn converge(c: &Arc<Cluster>, m: &MetaState, g: GroupId, mut desired: Vec<
 
 /// One step towards `desired`: one replica in, one out.
 async fn move_one(
-    c: &Arc<Cluster>,
+    c: &Arc<Membership>,
     g: GroupId,
     voters: &[NodeId],
     desired: &[NodeId],
-) -> Result<(), String> {
-    let raft = c.raft(g).ok_or("no replica here")?;
+) -> Result<(), StepError> {
+    let raft = c.groups.raft(g).ok_or(StepError::NoReplica)?;
     let incoming: Vec<NodeId> = desired
         .iter()
         .copied()
@@ -356,25 +423,28 @@ async fn move_one(
         .filter(|n| !desired.contains(n))
         .collect();
     // Hand the leadership to a replica that stays; it goes on with the move.
-    if outgoing.contains(&c.me)
+    if outgoing.contains(&c.groups.me)
         && let Some(&to) = voters
             .iter()
-            .find(|&&v| v != c.me && desired.contains(&v) && c.is_up(v))
+            .find(|&&v| v != c.groups.me && desired.contains(&v) && c.groups.is_up(v))
     {
-        c.transfer_leader(g, to).await.map_err(|e| e.to_string())?;
+        c.groups
+            .transfer_leader(g, to)
+            .await
+            .map_err(StepError::Transfer)?;
         return Ok(());
     }
-    c.quiet().on_write(c, g, &raft).await;
+    c.groups.wake_for_write(g, &raft).await;
     let mut next: BTreeSet<NodeId> = voters.iter().copied().collect();
     if let Some(&n) = incoming.first() {
-        let node = c.node(n).ok_or_else(|| format!("node {n} is unknown"))?;
+        let node = c.groups.node(n).ok_or(StepError::UnknownNode(n))?;
         tokio::time::timeout(
             CATCH_UP,
             raft.add_learner(n, BasicNode::new(node.peer_addr()), true),
         )
         .await
-        .map_err(|_| format!("node {n} did not catch up in time"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| StepError::CatchUp(n))?
+        .map_err(raft_error)?;
         next.insert(n);
     }
     // The leader leaves last. With replicas that stay but none in reach it takes itself out,
@@ -382,10 +452,12 @@ async fn move_one(
     // than kept. A group with no replica that stays (a group of one) first gains the incoming
     // replica as a voter beside its leader, which hands over to it at the next look: taking
     // the only voter out would leave the group leaderless until an election timeout.
-    let others_stay = voters.iter().any(|&v| v != c.me && desired.contains(&v));
+    let others_stay = voters
+        .iter()
+        .any(|&v| v != c.groups.me && desired.contains(&v));
     if let Some(&out) = outgoing
         .iter()
-        .find(|&&o| o != c.me)
+        .find(|&&o| o != c.groups.me)
         .or(outgoing.first().filter(|_| others_stay))
     {
         next.remove(&out);
@@ -395,42 +467,70 @@ async fn move_one(
     }
     raft.change_membership(ChangeMembers::ReplaceAllVoters(next.clone()), false)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(raft_error)?;
     tracing::info!(group = g, voters = ?next, "moved a replica");
     c.propose_meta(MetaOp::Voters {
         group: g,
         voters: next.into_iter().collect(),
     })
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(StepError::Meta)?;
     Ok(())
 }
 
-impl Cluster {
+impl Membership {
+    pub(crate) fn new(
+        replicas: Arc<ReplicaSet>,
+        writes: Arc<Writes>,
+        data_dir: PathBuf,
+        joined: bool,
+    ) -> Membership {
+        Membership {
+            groups: writes.groups().clone(),
+            writes,
+            replicas,
+            moving: std::sync::Mutex::new(std::collections::HashSet::new()),
+            data_dir,
+            joined,
+        }
+    }
+
+    /// Starts following the metadata (see the module comment).
+    pub(crate) fn spawn(self: &Arc<Self>, shutdown: Shutdown) {
+        let h = self.groups.event_loop();
+        h.spawn(follow(Arc::downgrade(self), shutdown.clone()));
+        h.spawn(drive(Arc::downgrade(self), shutdown));
+    }
+
     /// Runs a change through the metadata group: on this node if it leads the group,
     /// otherwise on its leader. The reply is the change's.
-    pub async fn propose_meta(&self, op: MetaOp) -> Result<Reply, ProposeError> {
+    pub(crate) async fn propose_meta(&self, op: MetaOp) -> Result<Reply, ProposeError> {
         let cmd = op
             .to_cmd()
-            .map_err(|e| ProposeError::TryAgain(e.to_string()))?;
-        let g = self.meta_group();
+            .map_err(|e| ProposeError::TryAgain(TryAgain::Encode(e.to_string())))?;
+        let g = self.groups.meta_group();
         // Longer than a client's write waits: an operator's change should ride out the
         // election that follows the loss of the metadata group's leader.
         // A leader that has just stopped can still look up here for a moment: a change whose
         // connection to it would not open was never sent, and is sent again.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         loop {
-            if let Some(leader) = self.settled_leader(g).await {
-                match self.forward(g, leader, None, vec![cmd.clone()]).await {
+            if let Some(leader) = self.groups.settled_leader(g).await {
+                match self
+                    .writes
+                    .send_to_leader(g, leader, None, vec![cmd.clone()])
+                    .await
+                {
                     Ok(replies) => {
                         return replies
                             .unwrap_or_default()
                             .pop()
-                            .ok_or_else(|| ProposeError::TryAgain("no reply".into()));
+                            .ok_or(ProposeError::TryAgain(TryAgain::NoReply));
                     }
                     // Never sent: it goes to the leader the group settles on next.
-                    Err(f) if f.never_sent && tokio::time::Instant::now() < deadline => {}
-                    Err(f) => return Err(f.error),
+                    Err(ProposeError::TryAgain(TryAgain::NotSent(_)))
+                        if tokio::time::Instant::now() < deadline => {}
+                    Err(e) => return Err(e),
                 }
             } else if tokio::time::Instant::now() >= deadline {
                 return Err(ProposeError::ClusterDown);
@@ -441,7 +541,12 @@ impl Cluster {
 
     /// A node asks to join (`BK.CLUSTER JOIN`): its peer port must answer from here, then it
     /// gets a fresh id.
-    pub async fn admit(&self, host: &str, port: u16, peer_port: u16) -> Result<NodeId, String> {
+    pub(crate) async fn admit(
+        &self,
+        host: &str,
+        port: u16,
+        peer_port: u16,
+    ) -> Result<NodeId, MemberChangeError> {
         let addr = format!("{host}:{peer_port}");
         match tokio::time::timeout(
             Duration::from_secs(2),
@@ -450,19 +555,20 @@ impl Cluster {
         .await
         {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(format!("ERR cannot reach the peer address {addr}: {e}")),
-            Err(_) => {
-                return Err(format!(
-                    "ERR cannot reach the peer address {addr}: timed out"
-                ));
+            Ok(Err(e)) => {
+                return Err(MemberChangeError::PeerUnreachable {
+                    addr,
+                    error: Some(e),
+                });
             }
+            Err(_) => return Err(MemberChangeError::PeerUnreachable { addr, error: None }),
         }
         // A cluster just created writes its first metadata a moment after it elects.
         if !self
             .await_meta(|m| m.is_bootstrapped(), Duration::from_secs(10))
             .await
         {
-            return Err("ERR the cluster is not formed yet; retry".into());
+            return Err(MemberChangeError::NotFormed);
         }
         let op = MetaOp::Join {
             host: host.to_string(),
@@ -470,36 +576,44 @@ impl Cluster {
             peer_port,
         };
         match self.propose_meta(op).await {
-            Ok(Reply::Int(id)) => u64::try_from(id).map_err(|_| "ERR bad node id".to_string()),
-            Ok(Reply::Error(e)) => Err(e.into_owned()),
-            Ok(_) => Err("ERR unexpected reply from the metadata group".into()),
-            Err(e) => Err(self.error_reply(0, &e)),
+            Ok(Reply::Int(id)) => u64::try_from(id).map_err(|_| MemberChangeError::BadId),
+            Ok(Reply::Error(e)) => Err(MemberChangeError::Refused(e.into_owned())),
+            Ok(_) => Err(MemberChangeError::UnexpectedReply),
+            Err(e) => Err(MemberChangeError::NotApplied(
+                self.writes.error_reply(0, &e),
+            )),
         }
     }
 
     /// Waits (at most `limit`) until this node's copy of the metadata satisfies `done`.
-    pub async fn await_meta(&self, done: impl Fn(&MetaState) -> bool, limit: Duration) -> bool {
-        let mut rx = self.meta.watch();
+    pub(crate) async fn await_meta(
+        &self,
+        done: impl Fn(&MetaState) -> bool,
+        limit: Duration,
+    ) -> bool {
+        let mut rx = self.groups.meta.watch();
         let deadline = tokio::time::Instant::now() + limit;
         loop {
-            if done(&self.metadata()) {
+            if done(&self.groups.metadata()) {
                 return true;
             }
             if tokio::time::timeout_at(deadline, rx.changed())
                 .await
                 .is_err()
             {
-                return done(&self.metadata());
+                return done(&self.groups.metadata());
             }
         }
     }
 
     /// `BK.CLUSTER REMOVE`: starts draining node `id`.
-    pub async fn remove_node(&self, id: NodeId) -> Result<(), String> {
+    pub(crate) async fn remove_node(&self, id: NodeId) -> Result<(), MemberChangeError> {
         match self.propose_meta(MetaOp::Drain(id)).await {
-            Ok(Reply::Error(e)) => Err(e.into_owned()),
+            Ok(Reply::Error(e)) => Err(MemberChangeError::Refused(e.into_owned())),
             Ok(_) => Ok(()),
-            Err(e) => Err(self.error_reply(0, &e)),
+            Err(e) => Err(MemberChangeError::NotApplied(
+                self.writes.error_reply(0, &e),
+            )),
         }
     }
 
@@ -538,14 +652,17 @@ fn write_cluster_file<'a>(
 }
 
 /// A node's cluster as its data folder remembers it: (its id, the cluster).
-pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpec)>, String> {
+pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpec)>, JoinError> {
     let path = dir.join(CLUSTER_FILE);
+    let bad = |problem: &str| JoinError::ClusterFile {
+        path: path.clone(),
+        problem: problem.to_string(),
+    };
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(bad(&e.to_string())),
     };
-    let bad = |what: &str| format!("{}: {what}", path.display());
     let doc: toml::Table = text.parse().map_err(|e| bad(&format!("{e}")))?;
     let int = |k: &str| {
         doc.get(k)
@@ -575,12 +692,20 @@ pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpe
 pub(crate) async fn request_join(
     addr: &str,
     me: &NodeSpec,
-) -> Result<(NodeId, ClusterSpec), String> {
+) -> Result<(NodeId, ClusterSpec), JoinError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let unreachable = |error| JoinError::Unreachable {
+        addr: addr.to_string(),
+        error,
+    };
+    let io = |error| JoinError::Io {
+        addr: addr.to_string(),
+        error,
+    };
     let mut s = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
         .await
-        .map_err(|_| format!("cannot reach {addr}: timed out"))?
-        .map_err(|e| format!("cannot reach {addr}: {e}"))?;
+        .map_err(|_| unreachable(None))?
+        .map_err(|e| unreachable(Some(e)))?;
     let args = [
         "BK.CLUSTER".to_string(),
         "JOIN".to_string(),
@@ -592,9 +717,7 @@ pub(crate) async fn request_join(
     for a in &args {
         req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
     }
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| format!("{addr}: {e}"))?;
+    s.write_all(req.as_bytes()).await.map_err(io)?;
     // The answer is one line: "+OK id groups replicas nodes" or "-ERR ...".
     let mut buf = Vec::new();
     let read = async {
@@ -610,24 +733,30 @@ pub(crate) async fn request_join(
     };
     tokio::time::timeout(Duration::from_secs(30), read)
         .await
-        .map_err(|_| format!("{addr} did not answer the join in time"))?
-        .map_err(|e| format!("{addr}: {e}"))?;
+        .map_err(|_| JoinError::NoAnswer {
+            addr: addr.to_string(),
+        })?
+        .map_err(io)?;
     let line = String::from_utf8_lossy(&buf).trim_end().to_string();
     if let Some(err) = line.strip_prefix('-') {
-        return Err(format!("{addr} refused the join: {err}"));
+        return Err(JoinError::Refused {
+            addr: addr.to_string(),
+            why: err.to_string(),
+        });
     }
     let fields: Vec<&str> = line.trim_start_matches('+').split(' ').collect();
+    let bad_answer = || JoinError::BadAnswer {
+        addr: addr.to_string(),
+        line: line.clone(),
+    };
     let [_, id, groups, replicas, nodes] = fields[..] else {
-        return Err(format!("{addr} answered the join with '{line}'"));
+        return Err(bad_answer());
     };
-    let num = |v: &str| {
-        v.parse::<u64>()
-            .map_err(|_| format!("{addr} answered the join with '{line}'"))
-    };
+    let num = |v: &str| v.parse::<u64>().map_err(|_| bad_answer());
     let id = num(id)?;
-    let groups = u32::try_from(num(groups)?).map_err(|_| "bad group count".to_string())?;
-    let replicas = usize::try_from(num(replicas)?).map_err(|_| "bad replicas".to_string())?;
-    let mut nodes = ClusterSpec::parse_nodes(nodes)?;
+    let groups = u32::try_from(num(groups)?).map_err(|_| JoinError::BadGroupCount)?;
+    let replicas = usize::try_from(num(replicas)?).map_err(|_| JoinError::BadReplicas)?;
+    let mut nodes = ClusterSpec::parse_nodes(nodes).map_err(JoinError::BadNodes)?;
     nodes.retain(|n| n.id != id);
     nodes.push(NodeSpec { id, ..me.clone() });
     Ok((
@@ -642,34 +771,30 @@ pub(crate) async fn request_join(
 
 /// Gives a node started with `--join` its id and the members: from its data folder when it
 /// joined before (a restart), otherwise from the member at `addr`.
-pub(crate) async fn resolve_join(
-    cs: &mut crate::cluster::node::ClusterSettings,
-    addr: &str,
-) -> Result<(), String> {
-    let me = cs
-        .spec
-        .nodes
-        .first()
-        .cloned()
-        .ok_or("no address for this node")?;
-    let (id, spec) = match read_cluster_file(&cs.data_dir)? {
-        Some(known) => known,
-        None => {
-            // The peer port must answer while the member checks it: bound now, served once
-            // the node runs.
-            let probe = std::net::TcpListener::bind((
-                crate::cluster::node::bind_host(&me.host),
-                me.peer_port,
-            ))
-            .map_err(|e| format!("cannot listen on peer port {}: {e}", me.peer_port))?;
-            let (id, spec) = request_join(addr, &me).await?;
-            drop(probe);
-            write_cluster_file(&cs.data_dir, id, spec.groups, spec.replicas, &spec.nodes)
-                .map_err(|e| format!("cannot write {}: {e}", cs.data_dir.display()))?;
-            tracing::info!(node = id, "the cluster gave this node its id");
-            (id, spec)
-        }
-    };
+pub(crate) async fn resolve_join(cs: &mut ClusterSettings, addr: &str) -> Result<(), JoinError> {
+    let me = cs.spec.nodes.first().cloned().ok_or(JoinError::NoAddress)?;
+    let (id, spec) =
+        match read_cluster_file(&cs.data_dir)? {
+            Some(known) => known,
+            None => {
+                // The peer port must answer while the member checks it: bound now, served once
+                // the node runs.
+                let probe = std::net::TcpListener::bind((bind_host(&me.host), me.peer_port))
+                    .map_err(|error| JoinError::PeerPort {
+                        port: me.peer_port,
+                        error,
+                    })?;
+                let (id, spec) = request_join(addr, &me).await?;
+                drop(probe);
+                write_cluster_file(&cs.data_dir, id, spec.groups, spec.replicas, &spec.nodes)
+                    .map_err(|error| JoinError::WriteFile {
+                        dir: cs.data_dir.clone(),
+                        error,
+                    })?;
+                tracing::info!(node = id, "the cluster gave this node its id");
+                (id, spec)
+            }
+        };
     cs.node_id = id;
     cs.spec = spec;
     cs.joined = true;

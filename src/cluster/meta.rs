@@ -138,6 +138,13 @@ fn refuse(why: String) -> Reply {
     Reply::Error(Cow::Owned(why))
 }
 
+/// What one change did to the metadata: a change counts a new version, a refusal or a
+/// repeat does not.
+enum Applied {
+    Changed(Reply),
+    Unchanged(Reply),
+}
+
 impl MetaState {
     /// Whether the cluster was created (the first entry is in).
     pub fn is_bootstrapped(&self) -> bool {
@@ -267,137 +274,150 @@ impl MetaState {
 
     /// Applies one change; the reply says what came of it. Refusals change nothing.
     pub fn apply(&mut self, op: MetaOp) -> Reply {
-        let reply = match op {
+        use Applied::{Changed, Unchanged};
+        let applied = match op {
             MetaOp::Bootstrap {
                 nodes,
                 groups,
                 replicas,
-            } => {
-                if self.is_bootstrapped() {
-                    return Reply::Ok;
-                }
-                self.groups = groups;
-                self.replicas = replicas;
-                let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
-                self.voters = (0..groups)
-                    .map(|g| rendezvous(g, ids.iter().copied(), replicas as usize))
-                    .collect();
-                self.next_id = ids.iter().copied().max().unwrap_or(0) + 1;
-                for node in nodes {
-                    self.members.insert(
-                        node.id,
-                        Member {
-                            node,
-                            state: MemberState::Active,
-                        },
-                    );
-                }
-                Reply::Ok
-            }
+            } => self.bootstrap(nodes, groups, replicas),
             MetaOp::Join {
                 host,
                 port,
                 peer_port,
-            } => {
-                if !self.is_bootstrapped() {
-                    return refuse("ERR the cluster is not formed yet; retry".into());
-                }
-                if let Some(m) = self.current().find(|m| {
-                    m.node.host == host && (m.node.port == port || m.node.peer_port == peer_port)
-                }) {
-                    return refuse(format!(
-                        "ERR {host}:{port} (peer port {peer_port}) is already taken by node {}",
-                        m.node.id
-                    ));
-                }
-                let id = self.next_id.max(1);
-                self.next_id = id + 1;
-                self.members.insert(
-                    id,
-                    Member {
-                        node: NodeSpec {
-                            id,
-                            host,
-                            port,
-                            peer_port,
-                        },
-                        state: MemberState::Joining,
-                    },
-                );
-                Reply::Int(i64::try_from(id).unwrap_or(i64::MAX))
-            }
+            } => self.join(host, port, peer_port),
             MetaOp::Activate(id) => match self.members.get_mut(&id) {
                 Some(m) if m.state == MemberState::Joining => {
                     m.state = MemberState::Active;
-                    Reply::Ok
+                    Changed(Reply::Ok)
                 }
-                _ => return Reply::Ok,
+                _ => Unchanged(Reply::Ok),
             },
-            MetaOp::Drain(id) => {
-                let Some(m) = self.members.get(&id) else {
-                    return refuse(format!("ERR no node {id} in this cluster"));
-                };
-                match m.state {
-                    MemberState::Removed => {
-                        return refuse(format!("ERR node {id} was removed already"));
-                    }
-                    MemberState::Draining => {
-                        return refuse(format!("ERR node {id} is being removed already"));
-                    }
-                    MemberState::Joining | MemberState::Active => {}
-                }
-                if let Some(other) = self.current().find(|m| m.state == MemberState::Draining) {
-                    return refuse(format!(
-                        "ERR node {} is being removed; wait until it is out",
-                        other.node.id
-                    ));
-                }
-                let others = self
-                    .current()
-                    .filter(|m| m.state == MemberState::Active && m.node.id != id)
-                    .count();
-                if others == 0 {
-                    return refuse(format!(
-                        "ERR node {id} is the cluster's last member; it cannot be removed"
-                    ));
-                }
-                if let Some(m) = self.members.get_mut(&id) {
-                    m.state = MemberState::Draining;
-                }
-                Reply::Ok
-            }
+            MetaOp::Drain(id) => self.drain(id),
             MetaOp::Remove(id) => match self.members.get_mut(&id) {
                 Some(m) if m.state == MemberState::Draining => {
                     m.state = MemberState::Removed;
-                    Reply::Ok
+                    Changed(Reply::Ok)
                 }
-                _ => return Reply::Ok,
+                _ => Unchanged(Reply::Ok),
             },
             MetaOp::Voters { group, voters } => match self.voters.get_mut(group as usize) {
                 Some(v) if *v != voters => {
                     *v = voters;
-                    Reply::Ok
+                    Changed(Reply::Ok)
                 }
-                _ => return Reply::Ok,
+                _ => Unchanged(Reply::Ok),
             },
             MetaOp::SetRule { name, spec } => {
                 self.rules.insert(name, spec);
-                Reply::Ok
+                Changed(Reply::Ok)
             }
-            MetaOp::DelRule(name) => {
-                if self.rules.remove(&name).is_none() {
-                    return Reply::Int(0);
-                }
-                Reply::Int(1)
-            }
+            MetaOp::DelRule(name) => match self.rules.remove(&name) {
+                Some(_) => Changed(Reply::Int(1)),
+                None => Unchanged(Reply::Int(0)),
+            },
             MetaOp::LoadRules(rules) => {
                 let n = rules.len();
                 self.rules.extend(rules);
-                Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+                Changed(Reply::Int(i64::try_from(n).unwrap_or(i64::MAX)))
             }
         };
-        self.version += 1;
-        reply
+        match applied {
+            Changed(reply) => {
+                self.version += 1;
+                reply
+            }
+            Unchanged(reply) => reply,
+        }
+    }
+
+    /// The first metadata of a new cluster; a formed cluster's is kept.
+    fn bootstrap(&mut self, nodes: Vec<NodeSpec>, groups: u32, replicas: u32) -> Applied {
+        if self.is_bootstrapped() {
+            return Applied::Unchanged(Reply::Ok);
+        }
+        self.groups = groups;
+        self.replicas = replicas;
+        let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+        self.voters = (0..groups)
+            .map(|g| rendezvous(g, ids.iter().copied(), replicas as usize))
+            .collect();
+        self.next_id = ids.iter().copied().max().unwrap_or(0) + 1;
+        for node in nodes {
+            self.members.insert(
+                node.id,
+                Member {
+                    node,
+                    state: MemberState::Active,
+                },
+            );
+        }
+        Applied::Changed(Reply::Ok)
+    }
+
+    /// A node at these addresses joins: it gets a fresh id, never one given before.
+    fn join(&mut self, host: String, port: u16, peer_port: u16) -> Applied {
+        if !self.is_bootstrapped() {
+            return Applied::Unchanged(refuse("ERR the cluster is not formed yet; retry".into()));
+        }
+        if let Some(m) = self
+            .current()
+            .find(|m| m.node.host == host && (m.node.port == port || m.node.peer_port == peer_port))
+        {
+            return Applied::Unchanged(refuse(format!(
+                "ERR {host}:{port} (peer port {peer_port}) is already taken by node {}",
+                m.node.id
+            )));
+        }
+        let id = self.next_id.max(1);
+        self.next_id = id + 1;
+        self.members.insert(
+            id,
+            Member {
+                node: NodeSpec {
+                    id,
+                    host,
+                    port,
+                    peer_port,
+                },
+                state: MemberState::Joining,
+            },
+        );
+        Applied::Changed(Reply::Int(i64::try_from(id).unwrap_or(i64::MAX)))
+    }
+
+    /// Node `id` starts leaving: one at a time, and never the last active member.
+    fn drain(&mut self, id: NodeId) -> Applied {
+        let refused = |why: String| Applied::Unchanged(refuse(why));
+        let Some(m) = self.members.get(&id) else {
+            return refused(format!("ERR no node {id} in this cluster"));
+        };
+        match m.state {
+            MemberState::Removed => return refused(format!("ERR node {id} was removed already")),
+            MemberState::Draining => {
+                return refused(format!("ERR node {id} is being removed already"));
+            }
+            MemberState::Joining | MemberState::Active => {}
+        }
+        if let Some(other) = self.current().find(|m| m.state == MemberState::Draining) {
+            return refused(format!(
+                "ERR node {} is being removed; wait until it is out",
+                other.node.id
+            ));
+        }
+        let others = self
+            .current()
+            .filter(|m| m.state == MemberState::Active && m.node.id != id)
+            .count();
+        if others == 0 {
+            return refused(format!(
+                "ERR node {id} is the cluster's last member; it cannot be removed"
+            ));
+        }
+        if let Some(m) = self.members.get_mut(&id) {
+            m.state = MemberState::Draining;
+        }
+        Applied::Changed(Reply::Ok)
     }
 }
 

@@ -1,18 +1,32 @@
 //! Cluster mode: hash slots split over a fixed number of Raft groups, each replicated on R
 //! nodes.
 
+mod balance;
+mod bootstrap;
 pub(crate) mod entry_decode;
+pub(crate) mod errors;
+pub(crate) mod executor;
 pub(crate) mod group_net;
+mod groups;
 pub(crate) mod log_store;
 pub(crate) mod membership;
 pub(crate) mod meta;
 pub(crate) mod node;
-pub(crate) mod proposer;
+mod peer;
 pub(crate) mod quiet;
+mod replicas;
+mod settings;
 pub(crate) mod spec;
 pub(crate) mod state_machine;
 pub(crate) mod transport;
 pub(crate) mod typ;
+mod writes;
+
+pub(crate) use errors::{ProposeError, TryAgain};
+pub(crate) use executor::{ExecFuture, GroupExecutor, ShardStopped};
+pub(crate) use node::Cluster;
+pub(crate) use state_machine::EntryBatch;
+pub(crate) use typ::{GroupId, Origin};
 
 /// A timer for a node's periodic task: a tick that comes late is not made up for.
 pub(crate) fn ticker(period: std::time::Duration) -> tokio::time::Interval {
@@ -72,7 +86,7 @@ mod tests {
     const HUGE_LEN: [u8; 9] = [0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
 
     /// A peer frame whose string or key announces 2^64 bytes is refused, rather than sized
-    /// from that length (which panicked, and aborted the node for lengths around 2^56).
+    /// from that length (which would panic, or abort the node for lengths around 2^56).
     #[test]
     fn a_peer_frame_announcing_more_than_it_holds_is_refused() {
         // Response { id: 0, result: Err(PeerError::Raft(<huge string>)) }.

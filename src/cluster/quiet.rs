@@ -61,8 +61,7 @@
 //! the default timings (promise 300 ms) a quiet group's leader is replaced about half a second
 //! after it died, a little sooner than an awake group's.
 
-use crate::cluster::node::{Cluster, GroupRaft};
-use crate::cluster::transport::Pinger;
+use crate::cluster::executor::GroupRaft;
 use crate::cluster::typ::{GroupId, NodeId, TypeConfig};
 use crate::sync::lock;
 use arc_swap::ArcSwap;
@@ -72,7 +71,7 @@ use openraft::raft::{AppendEntriesResponse, VoteRequest};
 use openraft::type_config::async_runtime::WatchReceiver;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The groups the sender leads quietly and shares with the receiver, each with the sender's
@@ -153,6 +152,14 @@ impl QuietTimings {
             lease,
         }
     }
+}
+
+/// What quiet groups need to know of this node's replicas.
+pub(crate) trait GroupView {
+    /// `g`'s replica on this node, if it holds one.
+    fn raft(&self, g: GroupId) -> Option<Arc<GroupRaft>>;
+    /// Whether a majority acknowledged this node's heartbeats for `g` within the lease.
+    fn heartbeat_lease(&self, g: GroupId) -> bool;
 }
 
 /// What this module last switched a group's Raft to.
@@ -361,14 +368,15 @@ impl Quiet {
     /// `election_timeout_max`, which a quiet leader's heartbeats no longer renew: so a woken
     /// leader sends a heartbeat at once and waits (a round trip, at most a promise's length)
     /// for the acknowledgement before the write goes on. The quiet lease stays meanwhile: the
-    /// promises behind it still bind until they run out.
-    pub(crate) async fn on_write(&self, cluster: &Cluster, g: GroupId, raft: &GroupRaft) {
+    /// promises behind it still bind until they run out. `heartbeat_lease`: whether a
+    /// majority acknowledged this node's heartbeats for `g` within the lease.
+    pub(crate) async fn on_write(&self, heartbeat_lease: bool, g: GroupId, raft: &GroupRaft) {
         if let Some(a) = self.active.get(g as usize) {
             a.store(self.now_ms(), Ordering::Relaxed);
         }
         let quiet = Self::flag(&self.quiet_led, g);
         // Quiet, or woken a moment ago and still serving on promises alone.
-        let needs_ack = quiet || (self.lease_holds(g) && !cluster.heartbeat_lease(g));
+        let needs_ack = quiet || (self.lease_holds(g) && !heartbeat_lease);
         if !needs_ack {
             return;
         }
@@ -533,7 +541,7 @@ impl Quiet {
 
     /// Answers a peer's ping: promises to stay quiet for each listed group this node follows
     /// the sender in, at the listed term, and silences those groups here.
-    pub(crate) fn on_ping(&self, cluster: &Cluster, ping: &Ping) -> PingAck {
+    pub(crate) fn on_ping(&self, cluster: &impl GroupView, ping: &Ping) -> PingAck {
         let now = Instant::now();
         let mut promised = Vec::new();
         let mut all = lock(&self.state);
@@ -568,7 +576,7 @@ impl Quiet {
     /// it did not promise for is woken, so that heartbeats find out why.
     pub(crate) fn answered(
         &self,
-        cluster: &Cluster,
+        cluster: &impl GroupView,
         peer: NodeId,
         sent: Instant,
         ping: &Ping,
@@ -624,7 +632,7 @@ impl Quiet {
     /// One look at every group, each heartbeat interval: quiet the idle groups this node
     /// leads, put back in step the groups whose leadership changed, and turn elections back on
     /// for followers whose promise ran out.
-    fn look(&self, cluster: &Cluster) {
+    pub(crate) fn look(&self, cluster: &impl GroupView) {
         let now = Instant::now();
         let now_ms = self.ms(now);
         let mut all = lock(&self.state);
@@ -704,41 +712,6 @@ impl Quiet {
             .unwrap_or(0);
         let wait = self.t.promise + self.t.interval * (rank as u32 + 1);
         now.saturating_duration_since(p.at) >= wait
-    }
-}
-
-/// Runs `Quiet::look` every heartbeat interval until the node stops.
-pub(crate) async fn run(
-    cluster: Weak<Cluster>,
-    every: Duration,
-    mut shutdown: crate::shutdown::Shutdown,
-) {
-    let mut tick = super::ticker(every);
-    while super::next_tick(&mut tick, &mut shutdown).await {
-        let Some(c) = cluster.upgrade() else { return };
-        c.quiet().look(&c);
-    }
-}
-
-/// Builds the node's pings and takes their answers, for `transport::ping_peers`.
-pub(crate) struct QuietPinger(pub Weak<Cluster>);
-
-impl Pinger for QuietPinger {
-    fn ping(&self, peer: NodeId) -> Ping {
-        match self.0.upgrade() {
-            Some(c) => {
-                let mut p = c.quiet().ping(peer);
-                p.leads = c.led_groups();
-                p
-            }
-            None => Ping::default(),
-        }
-    }
-
-    fn answered(&self, peer: NodeId, sent: Instant, ping: &Ping, ack: &PingAck) {
-        if let Some(c) = self.0.upgrade() {
-            c.quiet().answered(&c, peer, sent, ping, ack);
-        }
     }
 }
 

@@ -125,7 +125,7 @@ pub struct GroupSnapshotBuilder<E: Executor> {
     dir: Option<PathBuf>,
     meta: SnapshotMeta,
     /// The copied keys, or why they could not be copied (then no snapshot is made).
-    body: Result<SnapshotBody, String>,
+    body: Result<SnapshotBody, io::Error>,
     _exec: std::marker::PhantomData<E>,
 }
 
@@ -280,8 +280,7 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
             .exec
             .export(last_ts)
             .await
-            .map(|records| SnapshotBody { last_ts, records })
-            .map_err(|e| e.to_string());
+            .map(|records| SnapshotBody { last_ts, records });
         GroupSnapshotBuilder {
             progress: self.progress.clone(),
             dir: self.dir.clone(),

@@ -114,7 +114,7 @@ impl ClusterRaw {
                     return Ok(None);
                 };
                 let Some((id, spec)) = crate::cluster::membership::read_cluster_file(&dir)
-                    .map_err(StartError::Spec)?
+                    .map_err(|e| StartError::Spec(e.to_string()))?
                 else {
                     return Ok(None);
                 };

@@ -1,16 +1,16 @@
 //! A shard's own state: its keys and its clock. Applies key commands (a connection's, another
 //! shard's, or committed log entries), within a reply budget, and expires keys.
 
-use super::Answer;
+use super::msg::Answer;
+use super::stats::ShardStats;
 use crate::clock::Clock;
 use crate::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
-use crate::protocol::reply::ErrorCounts;
 use crate::slot::key_slot;
 use crate::store::{Record, Store};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -43,30 +43,6 @@ pub(super) fn reply_bytes(r: &Reply) -> usize {
     }
 }
 
-/// Figures a shard publishes for INFO; written only by the shard thread.
-#[derive(Debug, Default)]
-pub struct ShardStats {
-    /// Requests from the connections on this shard (any command).
-    pub requests: AtomicU64,
-    pub keys: AtomicU64,
-    pub bytes: AtomicU64,
-    pub commands: AtomicU64,
-    pub checks: AtomicU64,
-    pub denied: AtomicU64,
-    pub expired: AtomicU64,
-    pub rejected_full: AtomicU64,
-    pub remote_batches: AtomicU64,
-    /// Keys with an expiry.
-    pub expires: AtomicU64,
-    /// Sampled average TTL of the keys with an expiry, in ms.
-    pub avg_ttl_ms: AtomicU64,
-    /// Error replies sent to the connections on this shard, by code; the shard thread
-    /// counts into it (`protocol::reply::count_errors_in`).
-    pub errors: Arc<ErrorCounts>,
-    /// What the metrics endpoint shows beyond these.
-    pub(crate) metrics: super::metrics::ShardMetrics,
-}
-
 /// What one shard thread owns: its keys and its view of time.
 pub struct ShardCore {
     pub id: usize,
@@ -80,7 +56,7 @@ pub struct ShardCore {
     bytes_at_trim: usize,
     last_trim: std::time::Instant,
     /// In a cluster: gathers key commands into log entries of the groups this shard owns.
-    pub proposer: Option<crate::cluster::proposer::Proposer>,
+    pub proposer: Option<super::proposer::Proposer>,
 }
 
 /// Batches at least this long look their keys up ahead (see `ShardCore::prefetch`), and at
@@ -200,10 +176,7 @@ impl ShardCore {
 
     /// Applies committed Raft entries, each at its own time. The entries this shard
     /// proposed answer their connections here; the others' replies are handed back.
-    pub fn apply_entries(
-        &mut self,
-        batches: Vec<crate::cluster::state_machine::EntryBatch>,
-    ) -> Vec<Vec<Reply>> {
+    pub fn apply_entries(&mut self, batches: Vec<crate::cluster::EntryBatch>) -> Vec<Vec<Reply>> {
         let mut all = Vec::with_capacity(batches.len());
         for b in batches {
             self.prefetch(&b.cmds);

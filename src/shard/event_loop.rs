@@ -1,12 +1,17 @@
 //! A shard's event loop: answers the messages in its inbox, runs the connections placed on it
 //! and its Raft groups' proposer, and expires keys on a timer.
 
-use super::{CoreRef, SWEEP_INTERVAL, ShardCore, ShardInbox, ShardMsg};
+use super::core::{CoreRef, SWEEP_INTERVAL, ShardCore};
+use super::msg::{ShardInbox, ShardMsg};
+use crate::cluster::{Cluster, GroupId, Origin, ProposeError, TryAgain};
+use crate::cmd::keyed::KeyCmd;
 use crate::shutdown::Shutdown;
 use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Runs one shard on this thread until it is told to stop, then waits for the node's
 /// shutdown and gives its connections a moment to say goodbye.
@@ -69,12 +74,10 @@ pub(crate) fn run<A, F>(
                     let _ = reply.send(replies);
                 }
                 ShardMsg::Attach(cluster, run) => {
-                    let p = crate::cluster::proposer::Proposer::new(cluster, run);
+                    let p = super::proposer::Proposer::new(cluster, run);
                     let kick = p.kick();
                     core.borrow_mut().proposer = Some(p);
-                    proposing.push(tokio::task::spawn_local(
-                        crate::cluster::proposer::propose_turns(core.clone(), kick),
-                    ));
+                    proposing.push(tokio::task::spawn_local(propose_turns(core.clone(), kick)));
                 }
                 ShardMsg::Export { slots, now, reply } => {
                     let _ = reply.send(core.borrow().export(slots, now));
@@ -123,4 +126,63 @@ pub(crate) fn run<A, F>(
             p.abort();
         }
     });
+}
+
+/// Runs on the shard's event loop: after each turn that gathered something, proposes every
+/// group's entry of that turn.
+pub(crate) async fn propose_turns(core: CoreRef, kick: Rc<Notify>) {
+    let mut wake: Option<Instant> = None;
+    loop {
+        match wake {
+            // A group holds its commands: more of them, or the end of the hold, wakes it.
+            Some(at) => {
+                tokio::select! {
+                    _ = kick.notified() => {}
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                }
+            }
+            None => kick.notified().await,
+        }
+        // Let every connection task that is ready run first, so what they hand the shard
+        // this turn rides in the same entries.
+        tokio::task::yield_now().await;
+        let (cluster, work) = {
+            let mut c = core.borrow_mut();
+            let Some(p) = c.proposer.as_mut() else { return };
+            let (work, at) = p.take_turn(Instant::now());
+            wake = at;
+            (p.cluster().clone(), work)
+        };
+        for (g, origin, cmds) in work {
+            tokio::task::spawn_local(submit(core.clone(), cluster.clone(), g, origin, cmds));
+        }
+    }
+}
+
+/// Replicates one entry and settles its batches' fate: answered by the apply on this shard,
+/// by the leader it was forwarded to, or failed.
+async fn submit(
+    core: CoreRef,
+    cluster: Arc<Cluster>,
+    g: GroupId,
+    origin: Origin,
+    cmds: Vec<KeyCmd>,
+) {
+    let result = cluster.replicate(g, origin, cmds).await;
+    let mut c = core.borrow_mut();
+    let Some(p) = c.proposer.as_mut() else { return };
+    p.settled(g);
+    match result {
+        // Committed, and applied here before the commit was reported: already answered.
+        Ok(None) => {
+            if p.is_waiting(origin.seq) {
+                p.failed(
+                    origin.seq,
+                    &ProposeError::TryAgain(TryAgain::CommittedWithoutReplies),
+                );
+            }
+        }
+        Ok(Some(replies)) => p.answered(origin.seq, replies),
+        Err(e) => p.failed(origin.seq, &e),
+    }
 }

@@ -10,18 +10,26 @@
 //! - `core`: the shard's keys and clock, and how commands are applied to them;
 //! - `msg`: the messages a shard takes, its answers, and the channel they travel on;
 //! - `event_loop`: the loop that owns a `ShardCore` and answers its inbox;
-//! - `turn`: the end of a turn of that loop, when connections write their replies together.
+//! - `turn`: the end of a turn of that loop, when connections write their replies together;
+//! - `proposer`: in a cluster, gathers a turn's commands per group into one log entry and
+//!   answers them when the entry is applied;
+//! - `executor`: what the cluster asks of a shard (applying committed entries, snapshots);
+//! - `stats`: the figures a shard publishes for INFO and the metrics.
 
 mod core;
 mod event_loop;
+mod executor;
 pub(crate) mod metrics;
 mod msg;
+mod proposer;
+mod stats;
 mod turn;
 
+pub use self::core::ShardCore;
 pub(crate) use self::core::release_free_memory;
 pub use self::core::set_free_memory_release;
-pub(crate) use self::core::{CoreRef, Outcome, SWEEP_INTERVAL};
-pub use self::core::{ShardCore, ShardStats};
+pub(crate) use self::core::{CoreRef, Outcome};
+pub use self::stats::ShardStats;
 pub(crate) use event_loop::run;
 pub(crate) use msg::{Answer, ShardGone, ShardHandle, ShardInbox};
 pub use msg::{ShardMsg, Transport, channel};

@@ -1,7 +1,7 @@
 //! How work reaches a shard: the messages it takes, the answers it gives, and the bounded
 //! channel between (`ShardHandle` sends from any thread, `ShardInbox` is the shard's end).
 
-use super::ShardStats;
+use super::stats::ShardStats;
 use crate::cmd::keyed::{KeyCmd, Reply};
 use crate::store::Record;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
@@ -32,10 +32,10 @@ pub enum ShardMsg {
     },
     /// This node is a cluster member: from now on key commands are proposed to their
     /// groups. `run` tells this run's entries from earlier ones.
-    Attach(std::sync::Arc<crate::cluster::node::Cluster>, u64),
+    Attach(std::sync::Arc<crate::cluster::Cluster>, u64),
     /// Commands of committed Raft entries, applied at each entry's time.
     ApplyAt {
-        batches: Vec<crate::cluster::state_machine::EntryBatch>,
+        batches: Vec<crate::cluster::EntryBatch>,
         reply: oneshot::Sender<Vec<Vec<Reply>>>,
     },
     /// Copies out the keys of a slot range (a group's snapshot).
@@ -155,8 +155,25 @@ impl ShardHandle {
 
     /// Sends one batch, runs all of it, and waits for its replies.
     pub async fn call(&self, cmds: Vec<KeyCmd>) -> Result<Vec<Reply>, ShardGone> {
-        let answer = self.submit(cmds, usize::MAX).await?.await;
-        answer.map(|a| a.replies).map_err(|_| ShardGone)
+        let answer = self
+            .ask(|reply| ShardMsg::Batch {
+                cmds,
+                budget: usize::MAX,
+                reply,
+            })
+            .await?;
+        Ok(answer.replies)
+    }
+
+    /// Sends the message `msg` builds around a reply channel, and waits for the reply:
+    /// `shard.ask(|reply| ShardMsg::SyncCaps { reply }).await`.
+    pub async fn ask<T>(
+        &self,
+        msg: impl FnOnce(oneshot::Sender<T>) -> ShardMsg,
+    ) -> Result<T, ShardGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(msg(reply)).await?;
+        rx.await.map_err(|_| ShardGone)
     }
 
     /// Asks the shard to stop; works from any thread, without a runtime.

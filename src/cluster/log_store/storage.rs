@@ -184,7 +184,7 @@ pub(super) async fn wait(rx: oneshot::Receiver<io::Result<()>>) -> io::Result<()
 }
 
 /// About how many bytes `entry`'s record takes, so that a turn's records are encoded into one
-/// buffer made once rather than regrown by doubling (a record at pipeline 16 is about ten KiB).
+/// buffer made once rather than regrown by doubling.
 fn record_guess(entry: &Entry) -> usize {
     /// Header, group, log id and the proposal's fields but its commands.
     const FIXED: usize = 64;

@@ -542,8 +542,8 @@ impl LogWriter {
                 let old = std::mem::replace(&mut self.file, file);
                 self.len = len;
                 // The old file was only unlinked by the rename: closing its last handle frees
-                // its blocks and drops its pages from the cache, which took 20-130 ms for a
-                // 45 MB log, so the event loop hands that to a blocking thread.
+                // its blocks and drops its pages from the cache, which for a large log takes
+                // long enough to stall the event loop: a blocking thread does it.
                 let old_index = std::mem::replace(&mut self.index, index);
                 match tokio::runtime::Handle::try_current() {
                     Ok(rt) => {

@@ -12,10 +12,9 @@
 //! the waiting batches' replies; every other entry (a follower's, one from an earlier run,
 //! or one whose wait already timed out) is applied without anyone to answer.
 
-use crate::cluster::node::{Cluster, ProposeError};
-use crate::cluster::typ::{GroupId, Origin};
+use super::msg::Answer;
+use crate::cluster::{Cluster, GroupId, Origin, ProposeError};
 use crate::cmd::keyed::{KeyCmd, Reply};
-use crate::shard::Answer;
 use ahash::AHashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -64,10 +63,10 @@ struct Gather {
 /// At most this many entries of one group proposed by one shard are on their way at a time.
 /// Commands that arrive meanwhile wait for the next entry, so under load each replication
 /// round (a log write, an append to each follower and its answer) carries every command that
-/// arrived during the one before, instead of a turn's worth each: at pipeline 1 with 50
-/// clients over three nodes, 12 commands per entry instead of 6, and 5-10% less CPU per check
-/// at pipeline 16. The wait costs a command at most one round, and then a hold (see [`Hold`])
-/// of at most two milliseconds; a lone client (one command in flight) waits for neither.
+/// arrived during the one before, instead of a turn's worth each: fewer, fuller entries, and
+/// less CPU per command. The wait costs a command at most one round, and then a hold (see
+/// [`Hold`]) of at most two milliseconds; a lone client (one command in flight) waits for
+/// neither.
 const MAX_IN_FLIGHT: usize = 1;
 
 /// Most time a group's gathered commands are held back for more to join them (see [`Hold`]).
@@ -85,9 +84,7 @@ const HOLD_FROM_BATCHES: usize = 4;
 /// cohorts: the connections answered by the entry that just committed come back during the
 /// next one, and would otherwise ride in an entry of their own behind the few commands that
 /// arrived meanwhile. Every entry costs a log write and a round trip to each follower,
-/// whatever it carries, so two half-full entries per round cost nearly twice one full entry:
-/// at pipeline 1 with 50 clients over three nodes, entries carried 12 commands on average
-/// where up to 17 were waiting.
+/// whatever it carries, so two half-full entries per round cost nearly twice one full entry.
 ///
 /// So right after one of the group's entries settled, when its recent entries carried many
 /// batches (one connection's round each) and fewer than three quarters as many are gathered,
@@ -283,7 +280,7 @@ impl Proposer {
 
     /// One of this shard's entries of group `g` is settled (answered or failed): if commands
     /// wait for room, the next turn proposes them.
-    fn settled(&mut self, g: GroupId) {
+    pub(crate) fn settled(&mut self, g: GroupId) {
         if let Some(gather) = self.gathering.get_mut(g as usize) {
             gather.in_flight = gather.in_flight.saturating_sub(1);
             gather.hold.settled(Instant::now());
@@ -380,65 +377,6 @@ fn finish_one(batch: &BatchRef, refused: Option<&str>) {
             rest: Vec::new(),
             refused: b.refused.take(),
         });
-    }
-}
-
-/// Runs on the shard's event loop: after each turn that gathered something, proposes every
-/// group's entry of that turn.
-pub(crate) async fn propose_turns(core: crate::shard::CoreRef, kick: Rc<Notify>) {
-    let mut wake: Option<Instant> = None;
-    loop {
-        match wake {
-            // A group holds its commands: more of them, or the end of the hold, wakes it.
-            Some(at) => {
-                tokio::select! {
-                    _ = kick.notified() => {}
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                }
-            }
-            None => kick.notified().await,
-        }
-        // Let every connection task that is ready run first, so what they hand the shard
-        // this turn rides in the same entries.
-        tokio::task::yield_now().await;
-        let (cluster, work) = {
-            let mut c = core.borrow_mut();
-            let Some(p) = c.proposer.as_mut() else { return };
-            let (work, at) = p.take_turn(Instant::now());
-            wake = at;
-            (p.cluster().clone(), work)
-        };
-        for (g, origin, cmds) in work {
-            tokio::task::spawn_local(submit(core.clone(), cluster.clone(), g, origin, cmds));
-        }
-    }
-}
-
-/// Replicates one entry and settles its batches' fate: answered by the apply on this shard,
-/// by the leader it was forwarded to, or failed.
-async fn submit(
-    core: crate::shard::CoreRef,
-    cluster: Arc<Cluster>,
-    g: GroupId,
-    origin: Origin,
-    cmds: Vec<KeyCmd>,
-) {
-    let result = cluster.replicate(g, origin, cmds).await;
-    let mut c = core.borrow_mut();
-    let Some(p) = c.proposer.as_mut() else { return };
-    p.settled(g);
-    match result {
-        // Committed, and applied here before the commit was reported: already answered.
-        Ok(None) => {
-            if p.is_waiting(origin.seq) {
-                p.failed(
-                    origin.seq,
-                    &ProposeError::TryAgain("the write committed without its replies".into()),
-                );
-            }
-        }
-        Ok(Some(replies)) => p.answered(origin.seq, replies),
-        Err(e) => p.failed(origin.seq, &e),
     }
 }
 
