@@ -143,33 +143,6 @@ pub(crate) fn keep_bytes_only(entry: &mut Entry) {
     }
 }
 
-/// The entry with its commands: decoded from its encoding if it is held as that alone (their
-/// strings are then views into the encoding), as it is otherwise.
-pub(crate) fn decoded(entry: Entry) -> std::io::Result<Entry> {
-    let openraft::EntryPayload::Normal(p) = &entry.payload else {
-        return Ok(entry);
-    };
-    if !p.bytes_only {
-        return Ok(entry);
-    }
-    let bad = |why: String| std::io::Error::new(std::io::ErrorKind::InvalidData, why);
-    let wire = p
-        .wire
-        .0
-        .as_ref()
-        .ok_or_else(|| bad(format!("entry {} lost its encoding", entry.log_id)))?;
-    let (mut full, used) = crate::cluster::entry_decode::decode_entry(wire, 0)
-        .map_err(|e| bad(format!("entry {}: {e}", entry.log_id)))?;
-    if used != wire.len() || full.log_id != entry.log_id {
-        return Err(bad(format!(
-            "entry {} does not match its encoding",
-            entry.log_id
-        )));
-    }
-    set_wire(&mut full, Some(wire.clone()));
-    Ok(full)
-}
-
 /// Gives a normal entry its encoding (or takes it away, with None, unless the entry is held
 /// as its encoding alone).
 pub(crate) fn set_wire(entry: &mut Entry, wire: Option<bytes::Bytes>) {

@@ -4,8 +4,9 @@
 
 use super::format::*;
 use super::writer::*;
+use crate::cluster::entry_decode::decoded;
 use crate::cluster::typ::{Entry, GroupId, LogId, LogState, TypeConfig, Vote};
-use crate::cluster::typ::{decoded, keep_bytes_only, set_wire, wire_of};
+use crate::cluster::typ::{keep_bytes_only, set_wire, wire_of};
 use crate::sync::lock;
 use openraft::OptionalSend;
 use openraft::storage::{IOFlushed, RaftLogReader, RaftLogStorage};

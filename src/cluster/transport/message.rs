@@ -4,7 +4,7 @@
 //! Nodes of one cluster exchange these bincode-encoded (`wire`, whose tests pin the bytes of
 //! every kind): a variant or a field never moves or changes type, and a new one goes last.
 
-use crate::cluster::node::ProposeError;
+use crate::cluster::errors::ProposeError;
 use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
 use crate::cluster::typ::{GroupId, SnapshotMeta, TypeConfig, Vote};
 use crate::cmd::keyed::{KeyCmd, Reply};

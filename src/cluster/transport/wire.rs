@@ -174,7 +174,7 @@ pub(super) async fn read_frame(
 mod tests {
     use super::super::message::{GroupSnapshotWire, PeerError, RpcOk, ScriptsChange};
     use super::*;
-    use crate::cluster::node::ProposeError;
+    use crate::cluster::errors::ProposeError;
     use crate::cluster::quiet::VoteRefusal;
     use crate::cluster::typ::TypeConfig;
     use crate::cmd::keyed::{KeyCmd, Reply};
@@ -257,7 +257,7 @@ mod tests {
             );
             let as_held = bincode::serde::encode_to_vec(&held, bincode::config::standard());
             assert_eq!(as_held.is_err(), i != 1, "entry {i}");
-            let full = crate::cluster::typ::decoded(held).unwrap();
+            let full = crate::cluster::entry_decode::decoded(held).unwrap();
             assert!(!crate::cluster::typ::is_bytes_only(&full));
             let again = bincode::serde::encode_to_vec(&full, bincode::config::standard()).unwrap();
             assert_eq!(again, plain[i], "entry {i}");
