@@ -56,8 +56,6 @@ pub enum StartError {
     ShardStopped,
     /// The Raft timings are not valid.
     RaftConfig(openraft::ConfigError),
-    /// The data directory holds logs in the older one-log-per-group layout.
-    PerGroupLogs(PathBuf),
     /// The node's Raft log could not be opened.
     Log(io::Error),
     /// A group's snapshot could not be opened.
@@ -123,11 +121,6 @@ impl fmt::Display for StartError {
             }
             StartError::ShardStopped => f.write_str("a shard stopped during start-up"),
             StartError::RaftConfig(e) => write!(f, "invalid Raft settings: {e}"),
-            StartError::PerGroupLogs(dir) => write!(
-                f,
-                "{} holds Raft logs in the older one-log-per-group layout, which this version does not read; start this node with an empty --data-dir and it catches up from its peers",
-                dir.display()
-            ),
             StartError::Log(e) => write!(f, "raft log: {e}"),
             StartError::Snapshot { group, error } => {
                 write!(f, "group {group}: snapshot: {error}")
