@@ -31,7 +31,7 @@ pub async fn start(
     {
         // The id, the members and the number of groups (which places the slots on the
         // shards) come from the cluster.
-        crate::cluster::membership::resolve_join(cs, &addr)
+        crate::cluster::resolve_join(cs, &addr)
             .await
             .map_err(|e| StartError::Join(e.to_string()))?;
     }

@@ -8,6 +8,7 @@ pub(crate) mod errors;
 pub(crate) mod executor;
 pub(crate) mod group_net;
 mod groups;
+mod join;
 pub(crate) mod log_store;
 pub(crate) mod membership;
 pub(crate) mod meta;
@@ -24,6 +25,9 @@ mod writes;
 
 pub(crate) use errors::{ProposeError, TryAgain};
 pub(crate) use executor::{ExecFuture, GroupExecutor, ShardStopped};
+#[cfg(test)]
+pub(crate) use join::CLUSTER_FILE;
+pub(crate) use join::{read_cluster_file, resolve_join};
 pub(crate) use node::Cluster;
 pub(crate) use state_machine::EntryBatch;
 pub(crate) use typ::{GroupId, Origin};

@@ -113,7 +113,7 @@ impl ClusterRaw {
                 let Some(dir) = restart_dir(self.data_dir, port) else {
                     return Ok(None);
                 };
-                let Some((id, spec)) = crate::cluster::membership::read_cluster_file(&dir)
+                let Some((id, spec)) = crate::cluster::read_cluster_file(&dir)
                     .map_err(|e| StartError::Spec(e.to_string()))?
                 else {
                     return Ok(None);

@@ -483,7 +483,7 @@ mod tests {
         // Without the file, a data folder is a standalone node's.
         assert!(Settings::resolve(&flags).unwrap().cluster.is_none());
         std::fs::write(
-            dir.join(crate::cluster::membership::CLUSTER_FILE),
+            dir.join(crate::cluster::CLUSTER_FILE),
             "node-id = 4\ngroups = 8\nreplicas = 3\n\
              cluster-nodes = \"3:127.0.0.1:7003:17003,4:127.0.0.1:7004:17004\"\n",
         )
@@ -492,11 +492,7 @@ mod tests {
         assert_eq!((c.node_id, c.spec.groups, c.spec.replicas), (4, 8, 3));
         assert_eq!(c.spec.nodes.len(), 2);
         assert!(c.joined && c.join.is_none());
-        std::fs::write(
-            dir.join(crate::cluster::membership::CLUSTER_FILE),
-            "node-id = x\n",
-        )
-        .unwrap();
+        std::fs::write(dir.join(crate::cluster::CLUSTER_FILE), "node-id = x\n").unwrap();
         assert!(Settings::resolve(&flags).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
