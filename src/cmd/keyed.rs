@@ -422,6 +422,9 @@ pub(super) const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub(super) const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
 /// The answer to a command whose reply would pass `MAX_REPLY_BYTES`.
 pub(crate) const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
+/// The answer in a command's place when the shard or group that ran its batch answered with
+/// fewer replies than commands: every command still gets a reply, in order.
+pub(crate) const MISSING_REPLY: &str = "ERR internal error: missing reply";
 
 pub(super) fn ceil_ms(ns: u64) -> i64 {
     i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(i64::MAX)

@@ -16,13 +16,10 @@
 //! keys (and `TIME`) can be called from it.
 
 use super::keyed::{ExecStats, KeyCmd, Reply, encode, execute};
-use super::node::{Failure, msg as fail};
 use super::table::{CommandSpec, Flags, Parser, command, lookup};
 use super::{Finish, NodeCmd, ParseError, Parsed, Trailing, msg};
-use crate::cluster::transport::ScriptsChange;
 use crate::protocol::{ArgError, Args, ReplyWriter, Request};
 use crate::rules::RuleSet;
-use crate::server::conn::Conn;
 use crate::store::Store;
 use ahash::AHashMap;
 use bytes::Bytes;
@@ -220,47 +217,6 @@ fn parse_script(a: &mut Args) -> Result<NodeCmd, ArgError> {
         }
     };
     Ok(NodeCmd::Script(cmd))
-}
-
-/// Runs SCRIPT on this node's cache. In a cluster, LOAD and FLUSH are made on every member
-/// before the reply: a script is the cluster's, so a client that loaded it through one node
-/// can run it on whichever node leads its keys, now and after a failover.
-pub(crate) async fn run(c: &mut Conn, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
-    let node = c.node();
-    let scripts = &node.scripts;
-    let cluster = node.cluster();
-    let mut w = ReplyWriter::new(buf, c.resp3());
-    match cmd {
-        ScriptCmd::Load(body) => {
-            // Compiled here first, so a script that does not compile is refused at once, as
-            // Redis refuses it.
-            let sha = sha1_hex(&body);
-            if let Err(e) = check_compiles(&body) {
-                return Err(fail(e));
-            }
-            scripts.insert(sha.clone(), body.clone());
-            if let Some(cluster) = cluster {
-                cluster
-                    .share_scripts(ScriptsChange::Load(body.to_vec()))
-                    .await;
-            }
-            w.bulk(&sha);
-        }
-        ScriptCmd::Exists(shas) => {
-            w.array(shas.len());
-            for s in shas {
-                w.int(i64::from(scripts.get(&s.to_ascii_lowercase()).is_some()));
-            }
-        }
-        ScriptCmd::Flush => {
-            scripts.clear();
-            if let Some(cluster) = cluster {
-                cluster.share_scripts(ScriptsChange::Flush).await;
-            }
-            w.ok();
-        }
-    }
-    Ok(())
 }
 
 /// The scripts a node knows, for EVALSHA: loaded with SCRIPT LOAD or run once with EVAL.
@@ -794,7 +750,7 @@ fn compile(lua: &Lua, body: &[u8]) -> Result<mlua::Function, String> {
 }
 
 /// Whether a script compiles, on this thread's interpreter (SCRIPT LOAD).
-fn check_compiles(body: &[u8]) -> Result<(), String> {
+pub(crate) fn check_compiles(body: &[u8]) -> Result<(), String> {
     with_engine(|e| compile(&e.lua, body).map(|_| ()))
 }
 

@@ -17,11 +17,14 @@
 //! - all connections' buffers together stay under `maxmemory-clients`: the connection whose
 //!   growth passes it is closed.
 
+use super::commands;
+use super::scatter;
+use super::session::Session;
 use super::stream::ClientStream;
 use super::{ClientInfo, Node};
 use crate::cmd::connection::ConnectionCmd;
 use crate::cmd::keyed::encode;
-use crate::cmd::keyed::{CheckKind, KeyCmd, Reply, summarize};
+use crate::cmd::keyed::{CheckKind, KeyCmd, MISSING_REPLY, Reply, summarize};
 use crate::cmd::transactions::TxnCmd;
 use crate::cmd::{self, NodeCmd, ParseError, Parsed, table};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
@@ -121,15 +124,8 @@ enum TxnItem {
 
 /// One client connection.
 pub(crate) struct Conn {
-    pub(super) node: Arc<Node>,
-    pub(super) core: CoreRef,
-    pub(super) my_shard: usize,
-    pub(super) info: Arc<ClientInfo>,
-    resp3: bool,
-    authed: bool,
-    /// The user, when it is a read-only one (the others may run everything).
-    readonly_user: Option<Arc<str>>,
-    quit: bool,
+    /// What node commands see of the connection.
+    ses: Session,
     round: Round,
     stream: ClientStream,
     rbuf: BytesMut,
@@ -152,16 +148,8 @@ impl Conn {
         stream: ClientStream,
     ) -> Conn {
         let n = node.shards.len();
-        let my_shard = core.borrow().id;
         Conn {
-            authed: !node.live.needs_auth(),
-            readonly_user: None,
-            node,
-            core,
-            my_shard,
-            info,
-            resp3: false,
-            quit: false,
+            ses: Session::new(node, core, info),
             round: Round {
                 queued: (0..n).map(|_| Vec::new()).collect(),
                 slots: (0..n).map(|_| Vec::new()).collect(),
@@ -190,7 +178,7 @@ impl Conn {
         if self.peak > TRIM_AFTER {
             // A large client's buffers went back to the allocator, which keeps them; hand
             // them to the operating system so RSS falls once such clients have left.
-            self.node.release_free_memory();
+            self.ses.node.release_free_memory();
         }
         res
     }
@@ -198,7 +186,7 @@ impl Conn {
     async fn serve_loop(&mut self, mut shutdown: Shutdown) -> std::io::Result<()> {
         // One wait for the node's shutdown or this client's kill, made once: a fresh one per
         // read registered and dropped two waiters every round.
-        let info = self.info.clone();
+        let info = self.ses.info.clone();
         let stop = async move {
             tokio::select! {
                 _ = shutdown.recv() => {}
@@ -208,17 +196,18 @@ impl Conn {
         tokio::pin!(stop);
         loop {
             // Like Redis's, `qbuf` counts the requests being run as well as what waits.
-            self.info
+            self.ses
+                .info
                 .qbuf
                 .store(self.rbuf.len() as u64, Ordering::Relaxed);
-            let limits = self.node.request_limits();
+            let limits = self.ses.node.request_limits();
             // Until the client has authenticated, one request at a time: AUTH changes which
             // limits the next request is parsed with.
-            let max_batch = if self.authed { MAX_BATCH } else { 1 };
+            let max_batch = if self.ses.authed { MAX_BATCH } else { 1 };
             let mut reqs = std::mem::take(&mut self.reqs);
             let mut proto_err = None;
             while reqs.len() < max_batch {
-                match self.parser.parse(&mut self.rbuf, &limits, self.authed) {
+                match self.parser.parse(&mut self.rbuf, &limits, self.ses.authed) {
                     Ok(Some(r)) if r.is_empty() => {}
                     Ok(Some(r)) => reqs.push(r),
                     Ok(None) => break,
@@ -232,11 +221,12 @@ impl Conn {
             // A round is timed from its requests being read to its replies being written.
             let started = (!reqs.is_empty()).then(std::time::Instant::now);
             if !reqs.is_empty() {
-                self.info
+                self.ses
+                    .info
                     .last_active_ms
-                    .store(self.node.uptime_ms(), Ordering::Relaxed);
+                    .store(self.ses.node.uptime_ms(), Ordering::Relaxed);
                 // Counted per shard: one node-wide counter would bounce between cores.
-                self.node.shards[self.my_shard]
+                self.ses.node.shards[self.ses.my_shard]
                     .stats
                     .requests
                     .fetch_add(reqs.len() as u64, Ordering::Relaxed);
@@ -249,23 +239,25 @@ impl Conn {
                 match res {
                     Ok(()) => {}
                     Err(Stop::Gone) => {
-                        ReplyWriter::new(&mut self.out, self.resp3)
+                        ReplyWriter::new(&mut self.out, self.ses.resp3)
                             .error("ERR server is shutting down");
-                        self.quit = true;
+                        self.ses.quit = true;
                     }
                     Err(Stop::Io(e)) => return Err(e),
                 }
             }
-            self.info
+            self.ses
+                .info
                 .qbuf
                 .store(self.rbuf.len() as u64, Ordering::Relaxed);
             if let Some(e) = &proto_err {
-                self.node
+                self.ses
+                    .node
                     .stats
                     .protocol_errors
                     .fetch_add(1, Ordering::Relaxed);
-                ReplyWriter::new(&mut self.out, self.resp3).error(&format!("ERR {e}"));
-                self.quit = true;
+                ReplyWriter::new(&mut self.out, self.ses.resp3).error(&format!("ERR {e}"));
+                self.ses.quit = true;
             }
             if !self.out.is_empty() {
                 // The replies wait for the rest of the loop's turn: every connection the last
@@ -280,14 +272,14 @@ impl Conn {
                 && self.round.checks > 0
             {
                 let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                self.node.shards[self.my_shard]
+                self.ses.node.shards[self.ses.my_shard]
                     .stats
                     .metrics
                     .check_latency
                     .observe(ns, self.round.checks);
                 self.round.checks = 0;
             }
-            if self.quit {
+            if self.ses.quit {
                 let _ = self.stream.shutdown().await;
                 return Ok(());
             }
@@ -318,12 +310,13 @@ impl Conn {
                 _ = &mut stop => return Ok(()),
             }
             if self.over_client_cap() {
-                self.node
+                self.ses
+                    .node
                     .stats
                     .evicted_clients
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
-                    client = self.info.id,
+                    client = self.ses.info.id,
                     bytes = self.accounted,
                     "closing a client: connections' buffers passed maxmemory-clients"
                 );
@@ -351,7 +344,7 @@ impl Conn {
         let now = self.rbuf.capacity() + self.out.capacity();
         self.peak = self.peak.max(now);
         if now != self.accounted {
-            let total = &self.node.client_buffer_bytes;
+            let total = &self.ses.node.client_buffer_bytes;
             if now > self.accounted {
                 total.fetch_add(now - self.accounted, Ordering::Relaxed);
             } else {
@@ -365,10 +358,10 @@ impl Conn {
     /// than `maxmemory-clients` and it holds a lot of it.
     fn over_client_cap(&mut self) -> bool {
         self.account();
-        let cap = self.node.maxmemory_clients();
+        let cap = self.ses.node.maxmemory_clients();
         cap > 0
             && self.accounted > EVICT_FLOOR
-            && self.node.client_buffer_bytes.load(Ordering::Relaxed) > cap
+            && self.ses.node.client_buffer_bytes.load(Ordering::Relaxed) > cap
     }
 
     /// Writes every encoded reply to the socket; waits while the client is not reading.
@@ -376,13 +369,14 @@ impl Conn {
         if self.out.is_empty() {
             return Ok(());
         }
-        self.info
+        self.ses
+            .info
             .omem
             .store(self.out.len() as u64, Ordering::Relaxed);
         self.account();
         self.stream.write_all(&self.out).await?;
         self.out.clear();
-        self.info.omem.store(0, Ordering::Relaxed);
+        self.ses.info.omem.store(0, Ordering::Relaxed);
         if self.out.capacity() > 2 * REPLY_BUDGET {
             self.out.shrink_to(READ_CHUNK);
         }
@@ -391,21 +385,21 @@ impl Conn {
 
     /// Handles one round of requests, appending every reply to `out` in order.
     async fn run_round(&mut self, reqs: &mut Vec<Request>) -> Result<(), Stop> {
-        let rules = self.node.rules.load();
+        let rules = self.ses.node.rules.load();
         if let Some(last) = reqs.last() {
             let idx = table::index_of(last.name()).map_or(0, |i| i + 1);
-            self.info.last_cmd.store(idx, Ordering::Relaxed);
+            self.ses.info.last_cmd.store(idx, Ordering::Relaxed);
         }
         for req in reqs.drain(..) {
-            if self.quit {
+            if self.ses.quit {
                 break;
             }
             let is_exec = req.name().eq_ignore_ascii_case(b"exec");
-            if !self.authed && !table::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
+            if !self.ses.authed && !table::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
                 self.refuse(is_exec, "NOAUTH Authentication required.");
                 continue;
             }
-            if let Some(user) = &self.readonly_user
+            if let Some(user) = &self.ses.readonly_user
                 && let Some(what) = cmd::acl::readonly_refusal(&req)
             {
                 let why =
@@ -440,20 +434,20 @@ impl Conn {
                 }
                 Ok(Parsed::Multi(m)) => {
                     let slot = key_slot(&m.keys()[0]);
-                    let first = self.node.slot_owner(slot);
+                    let first = self.ses.node.slot_owner(slot);
                     if m.keys().iter().all(|k| key_slot(k) == slot) {
                         self.tag_named(named);
                         self.push_slot(slot, m.into_key_cmd()).await?;
-                    } else if self.node.cluster().is_some() {
+                    } else if self.ses.node.cluster().is_some() {
                         // As in Redis Cluster: the keys of one command share a slot.
                         self.local_error(CROSSSLOT);
-                    } else if m.keys().iter().all(|k| self.node.shard_of(k) == first) {
+                    } else if m.keys().iter().all(|k| self.ses.node.shard_of(k) == first) {
                         self.tag_named(named);
                         self.push_slot(slot, m.into_key_cmd()).await?;
                     } else {
                         self.flush().await?;
                         self.round.checks += u64::from(m.is_check());
-                        let mut reply = self.cross_shard(m).await?;
+                        let mut reply = scatter::cross_shard(&self.ses, m).await?;
                         if let Some(names) = named {
                             let decided: Vec<(Bytes, Verdict)> = names
                                 .into_iter()
@@ -466,13 +460,12 @@ impl Conn {
                         }
                         if let Reply::LimitAll(summary, _) = &reply {
                             let allowed = u64::from(summary[0] != 0);
-                            self.node.shards[self.my_shard].stats.metrics.count_kind(
-                                CheckKind::CheckAll,
-                                allowed,
-                                1 - allowed,
-                            );
+                            self.ses.node.shards[self.ses.my_shard]
+                                .stats
+                                .metrics
+                                .count_kind(CheckKind::CheckAll, allowed, 1 - allowed);
                         }
-                        encode(&mut ReplyWriter::new(&mut self.out, self.resp3), &reply);
+                        encode(&mut ReplyWriter::new(&mut self.out, self.ses.resp3), &reply);
                     }
                 }
                 Ok(Parsed::Node(_, Ok(NodeCmd::Transaction(t)))) => match t {
@@ -498,24 +491,25 @@ impl Conn {
     fn prepare_eval(&self, e: &mut crate::cmd::script::Eval) -> Result<(), String> {
         if e.body.is_empty() {
             e.body = self
+                .ses
                 .node
                 .scripts
                 .get(&e.sha)
                 .ok_or_else(|| "NOSCRIPT No matching script. Please use EVAL.".to_string())?;
         } else {
-            self.node.scripts.insert(e.sha.clone(), e.body.clone());
+            self.ses.node.scripts.insert(e.sha.clone(), e.body.clone());
         }
         let Some(first) = e.keys.first() else {
             return Ok(());
         };
-        if self.node.cluster().is_some() {
+        if self.ses.node.cluster().is_some() {
             let slot = key_slot(first);
             if !e.keys.iter().all(|k| key_slot(k) == slot) {
                 return Err(CROSSSLOT.to_string());
             }
         } else {
-            let shard = self.node.shard_of(first);
-            if !e.keys.iter().all(|k| self.node.shard_of(k) == shard) {
+            let shard = self.ses.node.shard_of(first);
+            if !e.keys.iter().all(|k| self.ses.node.shard_of(k) == shard) {
                 return Err(
                     "ERR a script's keys must live on one shard: give them a common hash tag, such as {user42}"
                         .to_string(),
@@ -556,7 +550,7 @@ impl Conn {
     /// routes nothing by slot (and a cluster is only ever joined by a node started as one), so
     /// it skips hashing the key.
     fn slot_of(&self, route: &[u8]) -> u16 {
-        if self.node.shards.len() == 1 && self.node.cluster().is_none() {
+        if self.ses.node.shards.len() == 1 && self.ses.node.cluster().is_none() {
             0
         } else {
             key_slot(route)
@@ -575,7 +569,7 @@ impl Conn {
     /// before more is queued (its replies of stored values would pass the budget). Not async,
     /// so the command is moved once, into the queue, not through the futures of the calls.
     fn queue(&mut self, slot: u16, cmd: KeyCmd) -> bool {
-        let s = self.node.slot_owner(slot);
+        let s = self.ses.node.slot_owner(slot);
         self.round.checks += u64::from(cmd.is_check());
         let returns_value = returns_stored_value(&cmd);
         self.round.queued[s].push(cmd);
@@ -583,7 +577,7 @@ impl Conn {
         self.round.order.push(ReplySource::Shard(s));
         if returns_value {
             self.round.value_cmds += 1;
-            let largest = self.node.live.caps.largest_value();
+            let largest = self.ses.node.live.caps.largest_value();
             return self.round.value_cmds >= (VALUE_REPLY_BUDGET / largest).max(1);
         }
         false
@@ -592,7 +586,7 @@ impl Conn {
     /// Encodes a reply of the node's own into the round, in order.
     fn local_reply(&mut self, f: impl FnOnce(&mut ReplyWriter)) {
         let start = self.round.local.len();
-        f(&mut ReplyWriter::new(&mut self.round.local, self.resp3));
+        f(&mut ReplyWriter::new(&mut self.round.local, self.ses.resp3));
         self.round
             .order
             .push(ReplySource::Local(start, self.round.local.len()));
@@ -636,28 +630,28 @@ impl Conn {
         // Checks by rule name: how many of `round.named` are settled, and their decisions.
         let mut named_done = 0;
         let mut decided: Vec<(Bytes, Verdict)> = Vec::new();
-        let rules = (!self.round.named.is_empty()).then(|| self.node.rules.load());
+        let rules = (!self.round.named.is_empty()).then(|| self.ses.node.rules.load());
         // BK.CHECKALL decisions (the only command that answers `LimitAll`): [allowed, denied].
         let mut all_checks = [0u64; 2];
         loop {
             // Send the other shards their batches first, so they work while this one does.
             let mut waits: Vec<(usize, oneshot::Receiver<Answer>)> = Vec::new();
             for (s, ready) in replies.iter().enumerate() {
-                if s != self.my_shard && !self.round.queued[s].is_empty() && ready.len() == 0 {
+                if s != self.ses.my_shard && !self.round.queued[s].is_empty() && ready.len() == 0 {
                     let batch = take_sized(&mut self.round.queued[s]);
                     let slots = std::mem::take(&mut self.round.slots[s]);
-                    let rx = self.node.shards[s]
+                    let rx = self.ses.node.shards[s]
                         .submit_keyed(batch, slots, REPLY_BUDGET)
                         .await?;
                     waits.push((s, rx));
                 }
             }
-            let mine = self.my_shard;
+            let mine = self.ses.my_shard;
             if !self.round.queued[mine].is_empty() && replies[mine].len() == 0 {
                 let batch = take_sized(&mut self.round.queued[mine]);
                 let outcome = {
                     let slots = &self.round.slots[mine];
-                    self.core.borrow_mut().run(batch, slots, REPLY_BUDGET)
+                    self.ses.core.borrow_mut().run(batch, slots, REPLY_BUDGET)
                 };
                 match outcome {
                     Outcome::Ready(a) => self.take_answer(mine, a, &mut replies),
@@ -668,7 +662,7 @@ impl Conn {
                 let a = rx.await.map_err(|_| ShardGone)?;
                 self.take_answer(s, a, &mut replies);
             }
-            let mut w = ReplyWriter::new(&mut self.out, self.resp3);
+            let mut w = ReplyWriter::new(&mut self.out, self.ses.resp3);
             let named = &self.round.named;
             while next < order.len() {
                 match order[next] {
@@ -691,7 +685,7 @@ impl Conn {
                         }
                         // The shard stopped at its budget: ask it for the rest.
                         None if !self.round.queued[s].is_empty() => break,
-                        None => w.error("ERR internal error: missing reply"),
+                        None => w.error(MISSING_REPLY),
                     },
                 }
                 next += 1;
@@ -706,11 +700,10 @@ impl Conn {
         self.round.local.clear();
         self.round.named.clear();
         if all_checks != [0, 0] {
-            self.node.shards[self.my_shard].stats.metrics.count_kind(
-                CheckKind::CheckAll,
-                all_checks[0],
-                all_checks[1],
-            );
+            self.ses.node.shards[self.ses.my_shard]
+                .stats
+                .metrics
+                .count_kind(CheckKind::CheckAll, all_checks[0], all_checks[1]);
         }
         self.count_named(&decided);
         Ok(())
@@ -729,7 +722,7 @@ impl Conn {
     /// Counts the decisions of checks that named a rule.
     fn count_named(&self, decided: &[(Bytes, Verdict)]) {
         if !decided.is_empty() {
-            self.node.shards[self.my_shard]
+            self.ses.node.shards[self.ses.my_shard]
                 .stats
                 .metrics
                 .count_rules(decided.iter().map(|(n, v)| (n.as_ref(), *v)));
@@ -760,7 +753,7 @@ impl Conn {
         wire_len: usize,
         named: Option<Vec<Named>>,
     ) -> Result<(), Stop> {
-        let limit = self.node.request_limits().max_request_bytes;
+        let limit = self.ses.node.request_limits().max_request_bytes;
         let Some(txn) = self.txn.as_mut() else {
             return Ok(());
         };
@@ -854,19 +847,19 @@ impl Conn {
             let slot = txn.slot.unwrap_or(0);
             let slots = vec![slot; keyed.len()];
             let answer = self
-                .run_whole(self.node.slot_owner(slot), keyed, slots)
+                .run_whole(self.ses.node.slot_owner(slot), keyed, slots)
                 .await?;
             if let Some(why) = answer.refused {
                 // The group could not take the transaction: nothing of it ran.
-                ReplyWriter::new(&mut self.out, self.resp3).error(&why);
+                ReplyWriter::new(&mut self.out, self.ses.resp3).error(&why);
                 return Ok(());
             }
             answer.replies.into_iter()
         };
         let mut buf = Vec::new();
         let mut decided: Vec<(Bytes, Verdict)> = Vec::new();
-        let rules = self.node.rules.load();
-        ReplyWriter::new(&mut buf, self.resp3).array(rest.len());
+        let rules = self.ses.node.rules.load();
+        ReplyWriter::new(&mut buf, self.ses.resp3).array(rest.len());
         for item in rest {
             match item {
                 Err(named) => match replies.next() {
@@ -878,10 +871,9 @@ impl Conn {
                                 }
                             }
                         }
-                        encode(&mut ReplyWriter::new(&mut buf, self.resp3), &r)
+                        encode(&mut ReplyWriter::new(&mut buf, self.ses.resp3), &r)
                     }
-                    None => ReplyWriter::new(&mut buf, self.resp3)
-                        .error("ERR internal error: missing reply"),
+                    None => ReplyWriter::new(&mut buf, self.ses.resp3).error(MISSING_REPLY),
                 },
                 Ok((spec, args)) => self.node_command(spec, args, &mut buf).await?,
             }
@@ -899,13 +891,13 @@ impl Conn {
         cmds: Vec<KeyCmd>,
         slots: Vec<u16>,
     ) -> Result<Answer, ShardGone> {
-        let rx = if s == self.my_shard {
-            match self.core.borrow_mut().run(cmds, &slots, usize::MAX) {
+        let rx = if s == self.ses.my_shard {
+            match self.ses.core.borrow_mut().run(cmds, &slots, usize::MAX) {
                 Outcome::Ready(a) => return Ok(a),
                 Outcome::Later(rx) => rx,
             }
         } else {
-            self.node.shards[s]
+            self.ses.node.shards[s]
                 .submit_keyed(cmds, slots, usize::MAX)
                 .await?
         };
@@ -919,78 +911,7 @@ impl Conn {
         args: Result<NodeCmd, ArgError>,
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {
-        cmd::node::run(self, spec, args, buf).await
-    }
-}
-
-/// What node commands (`cmd::node`) see of the connection that sent them.
-impl Conn {
-    pub(crate) fn node(&self) -> &Node {
-        &self.node
-    }
-
-    pub(crate) fn info(&self) -> &ClientInfo {
-        &self.info
-    }
-
-    /// Whether replies use RESP3.
-    pub(crate) fn resp3(&self) -> bool {
-        self.resp3
-    }
-
-    /// Switches the reply protocol, and what CLIENT LIST shows of it.
-    pub(crate) fn set_resp3(&mut self, v: bool) {
-        self.resp3 = v;
-        crate::sync::lock(&self.info.meta).resp = if v { 3 } else { 2 };
-    }
-
-    pub(crate) fn authed(&self) -> bool {
-        self.authed
-    }
-
-    pub(crate) fn set_authed(&mut self, v: bool) {
-        self.authed = v;
-    }
-
-    /// Who the connection is authenticated as: its name, and whether it may only read.
-    pub(crate) fn set_user(&mut self, name: &str, readonly: bool) {
-        self.readonly_user = readonly.then(|| Arc::from(name));
-        crate::sync::lock(&self.info.meta).user = name.to_string();
-    }
-
-    /// Closes the connection once the current reply is written; nothing after it in the
-    /// pipeline runs.
-    pub(crate) fn close_after_reply(&mut self) {
-        self.quit = true;
-    }
-
-    /// Runs one command on shard `s` and returns its replies.
-    pub(crate) async fn run_on_shard(
-        &self,
-        s: usize,
-        cmd: KeyCmd,
-    ) -> Result<Vec<Reply>, ShardGone> {
-        self.dispatch(s, vec![cmd]).await?.replies().await
-    }
-
-    /// Has every shard start or stop counting its keys in the caps now, and waits for all of
-    /// them, so a cap switched on is in force everywhere once CONFIG SET has answered.
-    pub(crate) async fn sync_caps(&mut self) -> Result<(), ShardGone> {
-        let mut waits = Vec::new();
-        for s in &self.node.shards {
-            if s.id == self.my_shard {
-                self.core.borrow_mut().store.sync_caps();
-            } else {
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                s.send(crate::shard::ShardMsg::SyncCaps { reply: tx })
-                    .await?;
-                waits.push(rx);
-            }
-        }
-        for rx in waits {
-            rx.await.map_err(|_| ShardGone)?;
-        }
-        Ok(())
+        commands::run(&mut self.ses, spec, args, buf).await
     }
 }
 

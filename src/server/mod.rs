@@ -10,7 +10,9 @@
 //! is kept. The shards run their own loops (`crate::shard`).
 
 mod accept;
-pub(crate) mod conn;
+mod acl;
+mod commands;
+mod conn;
 pub(crate) mod info;
 pub(crate) mod limit_set;
 pub(crate) mod live;
@@ -18,6 +20,7 @@ mod metrics;
 pub(crate) mod node;
 mod persist;
 mod scatter;
+mod session;
 mod stream;
 
 pub use crate::shard::set_free_memory_release;
