@@ -17,11 +17,14 @@ pub(crate) mod info;
 pub(crate) mod limit_set;
 pub(crate) mod live;
 mod metrics;
+mod named;
 pub(crate) mod node;
 mod persist;
+mod round;
 mod scatter;
 mod session;
 mod stream;
+mod txn;
 
 pub use crate::shard::set_free_memory_release;
 pub(crate) use live::LiveSettings;

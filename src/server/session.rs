@@ -6,7 +6,7 @@
 use super::scatter::{self, ShareReplies};
 use super::{ClientInfo, Node};
 use crate::cmd::keyed::{KeyCmd, Reply};
-use crate::shard::{CoreRef, ShardGone};
+use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -101,6 +101,27 @@ impl Session {
                 self.node.shards[s].submit(cmds, usize::MAX).await?,
             ))
         }
+    }
+
+    /// Hands shard `s` key commands to run whole, as one batch (in a cluster, one entry of
+    /// their group), and waits for the answer.
+    pub(super) async fn run_whole(
+        &self,
+        s: usize,
+        cmds: Vec<KeyCmd>,
+        slots: Vec<u16>,
+    ) -> Result<Answer, ShardGone> {
+        let rx = if s == self.my_shard {
+            match self.core.borrow_mut().run(cmds, &slots, usize::MAX) {
+                Outcome::Ready(a) => return Ok(a),
+                Outcome::Later(rx) => rx,
+            }
+        } else {
+            self.node.shards[s]
+                .submit_keyed(cmds, slots, usize::MAX)
+                .await?
+        };
+        rx.await.map_err(|_| ShardGone)
     }
 
     /// Runs one command on shard `s` and returns its replies.
