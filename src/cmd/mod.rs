@@ -24,7 +24,6 @@
 //! Parsing checks arity and every argument, so shards only ever see well-formed work.
 pub(crate) mod acl;
 pub(crate) mod cell;
-mod cjson;
 pub(crate) mod cluster;
 pub(crate) mod concurrency;
 pub(crate) mod connection;

@@ -21,7 +21,7 @@ use crate::server::session::Session;
 const NO_CLUSTER: &str = "ERR This instance has cluster support disabled";
 
 /// Runs a cluster command from this node's view of the groups.
-pub(crate) async fn run(
+pub(super) async fn run(
     s: &mut Session,
     cmd: ClusterCmd,
     buf: &mut Vec<u8>,

@@ -12,7 +12,7 @@ use crate::sync::lock;
 use std::sync::atomic::Ordering;
 
 /// Runs a connection command on the connection that sent it.
-pub(crate) fn run(s: &mut Session, cmd: ConnectionCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+pub(super) fn run(s: &mut Session, cmd: ConnectionCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     match cmd {
         ConnectionCmd::Ping(arg) => {
             let mut w = ReplyWriter::new(buf, s.resp3());

@@ -10,7 +10,7 @@ use crate::server::session::Session;
 
 /// Runs BK.RULE against the node's rule set; in a cluster, changes go through the cluster's
 /// metadata, so every node sees them.
-pub(crate) async fn run(s: &mut Session, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+pub(super) async fn run(s: &mut Session, cmd: RuleCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     if let Some(cluster) = s.node().cluster().cloned() {
         let op = match &cmd {
             RuleCmd::Set { name, rule } => {

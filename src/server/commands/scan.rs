@@ -13,7 +13,7 @@ const CURSOR_SHARD_SHIFT: u32 = SCAN_POSITION_BITS;
 /// Runs SCAN: the cursor holds the shard in its top bits and the shard store's scan position below,
 /// so scanning walks the shards in order and each shard's keys in the order of their hash; see
 /// `Store::scan` for the guarantee.
-pub(crate) async fn run(s: &mut Session, cmd: ScanCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+pub(super) async fn run(s: &mut Session, cmd: ScanCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     let ScanCmd {
         cursor,
         count,

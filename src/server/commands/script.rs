@@ -10,7 +10,7 @@ use crate::server::session::Session;
 /// Runs SCRIPT on this node's cache. In a cluster, LOAD and FLUSH are made on every member
 /// before the reply: a script is the cluster's, so a client that loaded it through one node
 /// can run it on whichever node leads its keys, now and after a failover.
-pub(crate) async fn run(s: &mut Session, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+pub(super) async fn run(s: &mut Session, cmd: ScriptCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     let node = s.node();
     let scripts = &node.scripts;
     let cluster = node.cluster();
@@ -21,7 +21,7 @@ pub(crate) async fn run(s: &mut Session, cmd: ScriptCmd, buf: &mut Vec<u8>) -> R
             // Redis refuses it.
             let sha = sha1_hex(&body);
             if let Err(e) = check_compiles(&body) {
-                return Err(fail(e));
+                return Err(fail(e.to_string()));
             }
             scripts.insert(sha.clone(), body.clone());
             if let Some(cluster) = cluster {

@@ -11,7 +11,7 @@ use crate::server::{info, live};
 use std::sync::atomic::Ordering;
 
 /// Runs a server command.
-pub(crate) async fn run(s: &mut Session, cmd: ServerCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
+pub(super) async fn run(s: &mut Session, cmd: ServerCmd, buf: &mut Vec<u8>) -> Result<(), Failure> {
     match cmd {
         ServerCmd::Command(cmd) => command(s, cmd, buf)?,
         ServerCmd::Info(sections) => {

@@ -11,7 +11,8 @@
 //! - Decoding follows lua-cjson's tokens: `null` becomes `cjson.null`, numbers are read as
 //!   `strtod` reads them (hexadecimal too), and an error names the token it found and where.
 
-use super::script::{Raised, format_g};
+use super::convert::format_g;
+use super::lua_api::Raised;
 use mlua::{LightUserData, Lua, Table, Value};
 
 /// How deep tables may nest, encoding or decoding, as lua-cjson's default.
