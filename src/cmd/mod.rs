@@ -42,12 +42,30 @@ pub(crate) mod strings;
 pub(crate) mod table;
 pub(crate) mod transactions;
 
+// What other modules use of the commands, named here so they import the folder, not its
+// files: the log format and replies, the registry, the node commands' parsed forms, and the
+// script cache and engine.
+pub(crate) use acl::readonly_refusal;
+pub(crate) use cluster::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
+pub(crate) use connection::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
+pub(crate) use keyed::{
+    CheckKind, KeyCmd, LimitReply, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE, encode,
+    summarize,
+};
+pub(crate) use rules::RuleCmd;
+pub(crate) use scan::ScanCmd;
+pub(crate) use script::{Eval, ScriptCmd, check_compiles, sha1_hex};
+pub(crate) use server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
+pub(crate) use table::{
+    COMMANDS, CommandSpec, SUBCOMMANDS, index_of, lookup, write_docs, write_info,
+};
+pub(crate) use transactions::TxnCmd;
+
 use crate::limiter::Rule;
 use crate::protocol::{ArgError, Args, Request};
 use crate::rules::RuleSet;
 use bytes::Bytes;
-use keyed::KeyCmd;
-use table::{CommandSpec, Parser};
+use table::Parser;
 
 /// A parsed request.
 pub enum Parsed {

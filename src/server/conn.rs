@@ -25,11 +25,11 @@ use super::session::Session;
 use super::stream::ClientStream;
 use super::txn::{CROSSSLOT, ExecItem, Txn, common_slot};
 use super::{ClientInfo, Node};
-use crate::cmd::connection::ConnectionCmd;
-use crate::cmd::keyed::{CheckKind, KeyCmd, MISSING_REPLY, Reply, encode};
-use crate::cmd::script::Eval;
-use crate::cmd::transactions::TxnCmd;
-use crate::cmd::{self, MultiCmd, NodeCmd, ParseError, Parsed, table};
+use crate::cmd::ConnectionCmd;
+use crate::cmd::Eval;
+use crate::cmd::TxnCmd;
+use crate::cmd::{self, CommandSpec, MultiCmd, NodeCmd, ParseError, Parsed};
+use crate::cmd::{CheckKind, KeyCmd, MISSING_REPLY, Reply, encode};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
 use crate::rules::RuleSet;
 use crate::shard::{CoreRef, ShardGone};
@@ -388,7 +388,7 @@ impl Conn {
     async fn run_round(&mut self, reqs: &mut Vec<Request>) -> Result<(), Stop> {
         let rules = self.ses.node.rules.load();
         if let Some(last) = reqs.last() {
-            let idx = table::index_of(last.name()).map_or(0, |i| i + 1);
+            let idx = cmd::index_of(last.name()).map_or(0, |i| i + 1);
             self.ses.info.last_cmd.store(idx, Ordering::Relaxed);
         }
         for req in reqs.drain(..) {
@@ -434,11 +434,11 @@ impl Conn {
     /// Why a request is refused before it is parsed: the client has not authenticated, or
     /// its user may only read.
     fn refusal(&self, req: &Request) -> Option<String> {
-        if !self.ses.authed && !table::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
+        if !self.ses.authed && !cmd::lookup(req.name()).is_some_and(|c| c.is_no_auth()) {
             return Some("NOAUTH Authentication required.".into());
         }
         let user = self.ses.readonly_user.as_ref()?;
-        let what = cmd::acl::readonly_refusal(req)?;
+        let what = cmd::readonly_refusal(req)?;
         Some(format!(
             "NOPERM User {user} has no permissions to run the '{what}' command"
         ))
@@ -529,7 +529,7 @@ impl Conn {
     /// Runs a command the node answers itself, in order with the round's other replies.
     async fn node_cmd(
         &mut self,
-        spec: &'static table::CommandSpec,
+        spec: &'static CommandSpec,
         args: Result<NodeCmd, ArgError>,
     ) -> Result<(), Stop> {
         if spec.is_barrier() {
@@ -762,7 +762,7 @@ impl Conn {
     /// Runs a command the node answers itself, writing its reply into `buf`.
     async fn node_command(
         &mut self,
-        spec: &'static table::CommandSpec,
+        spec: &'static CommandSpec,
         args: Result<NodeCmd, ArgError>,
         buf: &mut Vec<u8>,
     ) -> Result<(), ShardGone> {

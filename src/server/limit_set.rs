@@ -7,7 +7,7 @@
 //! concurrent check may see those units taken for that moment: it can be refused because of
 //! them, never admitted past a limit.
 
-use crate::cmd::keyed::{KeyCmd, LimitReply, MISSING_REPLY, Reply};
+use crate::cmd::{KeyCmd, LimitReply, MISSING_REPLY, Reply};
 use crate::limiter::Rule;
 use crate::slot::key_slot;
 use bytes::Bytes;

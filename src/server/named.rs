@@ -3,7 +3,7 @@
 //! reply is in. A rule in shadow mode never refuses: its refusal is answered as allowed and
 //! counted as shadowed. The metrics by rule count every settled decision.
 
-use crate::cmd::keyed::{Reply, summarize};
+use crate::cmd::{Reply, summarize};
 use crate::protocol::Request;
 use crate::rules::RuleSet;
 use crate::shard::metrics::Verdict;

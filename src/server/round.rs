@@ -5,7 +5,7 @@
 use super::Node;
 use super::named::{self, Decided, Named};
 use super::session::Session;
-use crate::cmd::keyed::{KeyCmd, MISSING_REPLY, Reply, encode};
+use crate::cmd::{KeyCmd, MISSING_REPLY, Reply, encode};
 use crate::protocol::ReplyWriter;
 use crate::rules::RuleSet;
 use crate::shard::{Answer, Outcome, ShardGone};

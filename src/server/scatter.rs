@@ -5,7 +5,7 @@
 use super::limit_set::{self, Parts, SetError, SetLimit};
 use super::session::Session;
 use crate::cmd::MultiCmd;
-use crate::cmd::keyed::{KeyCmd, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE, summarize};
+use crate::cmd::{KeyCmd, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE, summarize};
 use crate::shard::{Answer, ShardGone};
 use bytes::Bytes;
 use tokio::sync::oneshot;

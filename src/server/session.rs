@@ -5,7 +5,7 @@
 
 use super::scatter::{self, ShareReplies};
 use super::{ClientInfo, Node};
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

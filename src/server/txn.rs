@@ -3,7 +3,7 @@
 //! EXEC runs them as one batch on the shard (or one entry of the group) that owns it.
 
 use super::named::Named;
-use crate::cmd::keyed::KeyCmd;
+use crate::cmd::KeyCmd;
 use crate::cmd::{MultiCmd, NodeCmd, table::CommandSpec};
 use crate::protocol::ArgError;
 use crate::slot::key_slot;

@@ -14,7 +14,7 @@ use crate::cluster::meta::MemberState;
 use crate::cluster::node::Cluster;
 use crate::cluster::spec::{ClusterSpec, NodeSpec, redis_id};
 use crate::cluster::typ::{GroupId, NodeId};
-use crate::cmd::cluster::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
+use crate::cmd::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;
 

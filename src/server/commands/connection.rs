@@ -2,8 +2,8 @@
 //! CLIENT, QUIT, RESET.
 
 use super::{Failure, fail, write_help};
-use crate::cmd::connection::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
-use crate::cmd::table::{COMMANDS as ALL_COMMANDS, SUBCOMMANDS};
+use crate::cmd::{COMMANDS as ALL_COMMANDS, SUBCOMMANDS};
+use crate::cmd::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
 use crate::protocol::ReplyWriter;
 use crate::server::acl;
 use crate::server::session::Session;

@@ -12,8 +12,8 @@ mod script;
 mod server;
 
 use super::session::Session;
+use crate::cmd::CommandSpec;
 use crate::cmd::NodeCmd;
-use crate::cmd::table::CommandSpec;
 use crate::protocol::{ArgError, ReplyWriter};
 use crate::shard::ShardGone;
 

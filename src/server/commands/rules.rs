@@ -3,8 +3,8 @@
 
 use super::{Failure, fail};
 use crate::cluster::meta::MetaOp;
-use crate::cmd::keyed::Reply;
-use crate::cmd::rules::RuleCmd;
+use crate::cmd::Reply;
+use crate::cmd::RuleCmd;
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;
 

@@ -1,8 +1,8 @@
 //! SCAN, walked by the node over its shards, one step of it on each shard at a time.
 
 use super::{Failure, fail};
-use crate::cmd::keyed::{KeyCmd, MISSING_REPLY, Reply, encode};
-use crate::cmd::scan::ScanCmd;
+use crate::cmd::ScanCmd;
+use crate::cmd::{KeyCmd, MISSING_REPLY, Reply, encode};
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;
 use crate::store::SCAN_POSITION_BITS;

@@ -3,7 +3,7 @@
 
 use super::{Failure, fail};
 use crate::cluster::transport::ScriptsChange;
-use crate::cmd::script::{ScriptCmd, check_compiles, sha1_hex};
+use crate::cmd::{ScriptCmd, check_compiles, sha1_hex};
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;
 

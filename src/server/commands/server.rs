@@ -2,9 +2,11 @@
 //! KEYS.
 
 use super::{Failure, fail, write_help};
-use crate::cmd::keyed::{KeyCmd, Reply, encode};
-use crate::cmd::server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
-use crate::cmd::table::{self, COMMANDS as ALL_COMMANDS, CommandSpec, SUBCOMMANDS};
+use crate::cmd::{
+    COMMANDS as ALL_COMMANDS, CommandSpec, SUBCOMMANDS, lookup, write_docs, write_info,
+};
+use crate::cmd::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
+use crate::cmd::{KeyCmd, Reply, encode};
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;
 use crate::server::{info, live};
@@ -69,7 +71,7 @@ fn command(s: &mut Session, cmd: CommandCmd, buf: &mut Vec<u8>) -> Result<(), Fa
             let mut w = ReplyWriter::new(buf, s.resp3());
             w.array(ALL_COMMANDS.len());
             for cmd in ALL_COMMANDS {
-                table::write_info(&mut w, cmd);
+                write_info(&mut w, cmd);
             }
             return Ok(());
         }
@@ -122,13 +124,13 @@ fn command(s: &mut Session, cmd: CommandCmd, buf: &mut Vec<u8>) -> Result<(), Fa
             if names.is_empty() {
                 w.array(ALL_COMMANDS.len());
                 for cmd in ALL_COMMANDS {
-                    table::write_info(&mut w, cmd);
+                    write_info(&mut w, cmd);
                 }
             } else {
                 w.array(names.len());
                 for n in names {
-                    match table::lookup(&n) {
-                        Some(cmd) => table::write_info(&mut w, cmd),
+                    match lookup(&n) {
+                        Some(cmd) => write_info(&mut w, cmd),
                         None => w.null_array(),
                     }
                 }
@@ -138,11 +140,11 @@ fn command(s: &mut Session, cmd: CommandCmd, buf: &mut Vec<u8>) -> Result<(), Fa
             let found: Vec<&CommandSpec> = if names.is_empty() {
                 ALL_COMMANDS.iter().collect()
             } else {
-                names.iter().filter_map(|n| table::lookup(n)).collect()
+                names.iter().filter_map(|n| lookup(n)).collect()
             };
             w.map(found.len());
             for cmd in found {
-                table::write_docs(&mut w, cmd);
+                write_docs(&mut w, cmd);
             }
         }
         CommandSub::GetKeys(keys) => {
