@@ -148,8 +148,9 @@ pub enum KeyCmd {
         key: Bytes,
         delta: i64,
     },
-    /// EXPIRE/PEXPIRE (relative ms, may be negative) and EXPIREAT/PEXPIREAT (absolute ms),
-    /// as logged before `ExpireChecked` replaced it; still applied when a log replays it.
+    /// A reserved index of the log format: nothing parses into it and no log holds it
+    /// (EXPIRE and its family are `ExpireChecked`). It keeps its place, and its fields, only
+    /// so every later variant keeps its index; a batch that holds one answers an error there.
     Expire {
         #[serde(deserialize_with = "packed::bytes")]
         key: Bytes,
@@ -362,7 +363,6 @@ impl KeyCmd {
             | KeyCmd::GetDel(key)
             | KeyCmd::Set { key, .. }
             | KeyCmd::IncrBy { key, .. }
-            | KeyCmd::Expire { key, .. }
             | KeyCmd::Ttl { key, .. }
             | KeyCmd::Throttle { key, .. }
             | KeyCmd::Check { key, .. }
@@ -420,8 +420,13 @@ pub(super) const NOT_INT: &str = "ERR value is not an integer or out of range";
 pub(super) const OVERFLOW: &str = "ERR increment or decrement would overflow";
 pub(super) const NOT_FLOAT: &str = "ERR value is not a valid float";
 pub(super) const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
+/// The answer to a command at a reserved index of the log format (see `KeyCmd::Expire`).
+const RESERVED: &str = "ERR reserved command";
 /// The answer to a command whose reply would pass `MAX_REPLY_BYTES`.
 pub(crate) const TOO_LARGE: &str = "ERR reply would exceed 64 MiB";
+/// The answer in a command's place when the shard or group that ran its batch answered with
+/// fewer replies than commands: every command still gets a reply, in order.
+pub(crate) const MISSING_REPLY: &str = "ERR internal error: missing reply";
 
 pub(super) fn ceil_ms(ns: u64) -> i64 {
     i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap_or(i64::MAX)
@@ -515,12 +520,7 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
             TimeCmd::Set,
         ),
         KeyCmd::IncrBy { key, delta } => strings::incr_by(store, key, *delta, now),
-        KeyCmd::Expire {
-            key,
-            ms,
-            absolute,
-            cond,
-        } => expiry::expire(store, key, *ms, *absolute, *cond, now),
+        KeyCmd::Expire { .. } => Reply::err(RESERVED),
         KeyCmd::Persist(key) => expiry::persist(store, key, now),
         KeyCmd::Ttl { key, ms } => expiry::ttl(store, key, *ms, now),
         KeyCmd::Type(key) => keyspace::type_of(store, key, now),

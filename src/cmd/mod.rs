@@ -2,28 +2,28 @@
 //!
 //! A command is declared once, in its family's file under `src/cmd/`: the file holds the
 //! family's registry entries (`table::command!`: name, arity, flags, key positions, `COMMAND`
-//! metadata, parser), the functions that turn arguments into typed work, and the functions
-//! that run it. A key command runs on the shard that owns its key; a node command (connection
-//! state, server information, work over every shard) runs on the connection that sent it,
-//! through `server::conn::Conn`'s accessors, from the family's `run`. `table` gathers the
-//! families into one registry that `parse` looks up by name; `node` hands each parsed node
-//! command to its family's `run`.
+//! metadata, parser), the functions that turn arguments into typed work, and, for key
+//! commands, the functions that run it against a store. A key command runs on the shard that
+//! owns its key. A node command (connection state, server information, work over every shard)
+//! parses here into plain data, a variant of its family's node command type, and runs at the
+//! server layer (`server::commands`), which knows connections, shards and the cluster; `cmd`
+//! knows none of them. `table` gathers the families into one registry that `parse` looks up
+//! by name.
 //!
 //! - Adding a key command: its entry, parse function and execution in its family file, one
 //!   variant appended at the end of `KeyCmd` (`keyed.rs`; the enum is encoded into the Raft
 //!   log, so its variants are append-only), and that variant's arm in `keyed::execute`.
-//! - Adding a node command: its entry, parse function, a variant of the family's node command
-//!   type and that variant's arm in the family's `run`, all in its family file. A new family
-//!   also needs its slice in `table.rs`, a `NodeCmd` variant and its arm in `node::dispatch`;
-//!   a new subcommand of a container command (CLIENT, CONFIG...) its name in
-//!   `table::SUBCOMMANDS`.
-//!   Transaction commands are the exception: the connection runs them itself (`conn.rs`),
-//!   matching on `TxnCmd`.
+//! - Adding a node command: its entry, parse function and a variant of the family's node
+//!   command type in its family file, and that variant's arm in the family's `run` under
+//!   `server::commands`. A new family also needs its slice in `table.rs`, a `NodeCmd` variant
+//!   and its arm in `server::commands::dispatch`; a new subcommand of a container command
+//!   (CLIENT, CONFIG...) its name in `table::SUBCOMMANDS`.
+//!   Transaction commands are the exception: the connection runs them itself, matching on
+//!   `TxnCmd`.
 //!
 //! Parsing checks arity and every argument, so shards only ever see well-formed work.
 pub(crate) mod acl;
 pub(crate) mod cell;
-mod cjson;
 pub(crate) mod cluster;
 pub(crate) mod concurrency;
 pub(crate) mod connection;
@@ -33,7 +33,6 @@ pub(crate) mod hashes;
 pub(crate) mod keyed;
 pub(crate) mod keyspace;
 pub(crate) mod limits;
-pub(crate) mod node;
 pub(crate) mod packed;
 pub(crate) mod rules;
 pub(crate) mod scan;
@@ -43,12 +42,30 @@ pub(crate) mod strings;
 pub(crate) mod table;
 pub(crate) mod transactions;
 
+// What other modules use of the commands, named here so they import the folder, not its
+// files: the log format and replies, the registry, the node commands' parsed forms, and the
+// script cache and engine.
+pub(crate) use acl::readonly_refusal;
+pub(crate) use cluster::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
+pub(crate) use connection::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
+pub(crate) use keyed::{
+    CheckKind, KeyCmd, LimitReply, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE, encode,
+    summarize,
+};
+pub(crate) use rules::RuleCmd;
+pub(crate) use scan::ScanCmd;
+pub(crate) use script::{Eval, ScriptCmd, check_compiles, sha1_hex};
+pub(crate) use server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
+pub(crate) use table::{
+    COMMANDS, CommandSpec, SUBCOMMANDS, index_of, lookup, write_docs, write_info,
+};
+pub(crate) use transactions::TxnCmd;
+
 use crate::limiter::Rule;
 use crate::protocol::{ArgError, Args, Request};
 use crate::rules::RuleSet;
 use bytes::Bytes;
-use keyed::KeyCmd;
-use table::{CommandSpec, Parser};
+use table::Parser;
 
 /// A parsed request.
 pub enum Parsed {

@@ -2,9 +2,9 @@
 //! one allocation each.
 //!
 //! A follower decodes every entry its leader sends and keeps it in memory until a snapshot
-//! covers it. Decoded one by one, each command's key was an allocation of its own: millions of
-//! small blocks, all freed together when the log is trimmed, which left the allocator's heap
-//! in pieces and made every later allocation slower. While `commands` decodes an entry's
+//! covers it. Decoded one by one, each command's key would be an allocation of its own:
+//! millions of small blocks, all freed together when the log is trimmed, leaving the
+//! allocator's heap in pieces and every later allocation slower. While `commands` decodes an entry's
 //! commands, the key and value fields of `KeyCmd` (which name `bytes`, `list` and `optional`
 //! in `deserialize_with`) are copied end to end into shared buffers sized for the entry: each
 //! string is then a reference into one, and a buffer is freed when the entry's last command

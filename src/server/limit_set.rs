@@ -7,7 +7,7 @@
 //! concurrent check may see those units taken for that moment: it can be refused because of
 //! them, never admitted past a limit.
 
-use crate::cmd::keyed::{KeyCmd, LimitReply, Reply};
+use crate::cmd::{KeyCmd, LimitReply, MISSING_REPLY, Reply};
 use crate::limiter::Rule;
 use crate::slot::key_slot;
 use bytes::Bytes;
@@ -113,9 +113,7 @@ pub(crate) async fn decide(
             }
             Ok(None) => {
                 passed.push(None);
-                failure.get_or_insert(SetError::Reply(Reply::err(
-                    "ERR internal error: missing reply",
-                )));
+                failure.get_or_insert(SetError::Reply(Reply::err(MISSING_REPLY)));
             }
             Err(e) => {
                 passed.push(None);

@@ -11,16 +11,22 @@
 //! is kept. The shards run their own loops (`crate::shard`).
 
 mod accept;
-pub(crate) mod conn;
+mod acl;
+mod commands;
+mod conn;
 pub(crate) mod info;
 mod launch;
 pub(crate) mod limit_set;
 pub(crate) mod live;
+mod named;
 pub(crate) mod node;
 mod persist;
 mod report;
+mod round;
 mod scatter;
+mod session;
 mod stream;
+mod txn;
 
 pub use crate::shard::set_free_memory_release;
 pub use launch::NodeHandle;

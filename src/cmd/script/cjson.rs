@@ -11,7 +11,8 @@
 //! - Decoding follows lua-cjson's tokens: `null` becomes `cjson.null`, numbers are read as
 //!   `strtod` reads them (hexadecimal too), and an error names the token it found and where.
 
-use super::script::{Raised, format_g};
+use super::convert::format_g;
+use super::lua_api::Raised;
 use mlua::{LightUserData, Lua, Table, Value};
 
 /// How deep tables may nest, encoding or decoding, as lua-cjson's default.
@@ -34,7 +35,7 @@ pub(super) fn module(lua: &Lua) -> mlua::Result<Table> {
             let mut out = Vec::new();
             match encode(&mut out, &v, 0) {
                 Ok(()) => lua.create_string(&out),
-                Err(why) => Err(Raised::library(lua, &why)),
+                Err(why) => Err(Raised::library(lua, &why.to_string())),
             }
         })?,
     )?;
@@ -74,12 +75,53 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn encode(out: &mut Vec<u8>, v: &Value, depth: usize) -> Result<(), String> {
+/// Why a value cannot be encoded; a script sees the text, as lua-cjson words it.
+#[derive(Debug)]
+enum EncodeError {
+    TooLong,
+    Unsupported(&'static str),
+    NotFinite,
+    Sparse,
+    Nesting(usize),
+    BadKey(&'static str),
+    /// Reading the table failed in Lua.
+    Lua(mlua::Error),
+}
+
+impl From<mlua::Error> for EncodeError {
+    fn from(e: mlua::Error) -> Self {
+        EncodeError::Lua(e)
+    }
+}
+
+impl std::fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EncodeError::TooLong => write!(
+                f,
+                "Cannot serialise: the text would be over {} MiB",
+                MAX_OUTPUT >> 20
+            ),
+            EncodeError::Unsupported(t) => write!(f, "Cannot serialise {t}: type not supported"),
+            EncodeError::NotFinite => {
+                f.write_str("Cannot serialise number: must not be NaN or Inf")
+            }
+            EncodeError::Sparse => f.write_str("Cannot serialise table: excessively sparse array"),
+            EncodeError::Nesting(depth) => {
+                write!(f, "Cannot serialise, excessive nesting ({depth})")
+            }
+            EncodeError::BadKey(t) => write!(
+                f,
+                "Cannot serialise {t}: table key must be a number or string"
+            ),
+            EncodeError::Lua(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn encode(out: &mut Vec<u8>, v: &Value, depth: usize) -> Result<(), EncodeError> {
     if out.len() > MAX_OUTPUT {
-        return Err(format!(
-            "Cannot serialise: the text would be over {} MiB",
-            MAX_OUTPUT >> 20
-        ));
+        return Err(EncodeError::TooLong);
     }
     match v {
         Value::Nil => out.extend_from_slice(b"null"),
@@ -89,19 +131,14 @@ fn encode(out: &mut Vec<u8>, v: &Value, depth: usize) -> Result<(), String> {
         Value::Number(n) => number(out, *n)?,
         Value::String(s) => string(out, &s.as_bytes()),
         Value::Table(t) => table(out, t, depth + 1)?,
-        other => {
-            return Err(format!(
-                "Cannot serialise {}: type not supported",
-                type_name(other)
-            ));
-        }
+        other => return Err(EncodeError::Unsupported(type_name(other))),
     }
     Ok(())
 }
 
-fn number(out: &mut Vec<u8>, n: f64) -> Result<(), String> {
+fn number(out: &mut Vec<u8>, n: f64) -> Result<(), EncodeError> {
     if !n.is_finite() {
-        return Err("Cannot serialise number: must not be NaN or Inf".into());
+        return Err(EncodeError::NotFinite);
     }
     out.extend_from_slice(format_g(n, 14).as_bytes());
     Ok(())
@@ -129,10 +166,10 @@ fn string(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// A table's length as an array, or None if it is an object (lua-cjson's rule).
-fn array_length(t: &Table) -> Result<Option<usize>, String> {
+fn array_length(t: &Table) -> Result<Option<usize>, EncodeError> {
     let (mut max, mut items) = (0usize, 0usize);
     for pair in t.clone().pairs::<Value, Value>() {
-        let (k, _) = pair.map_err(|e| e.to_string())?;
+        let (k, _) = pair?;
         let index = match k {
             Value::Integer(i) if i >= 1 => usize::try_from(i).ok(),
             Value::Number(n) if n >= 1.0 && n.floor() == n && n < 9.0e15 => Some(n as usize),
@@ -145,14 +182,14 @@ fn array_length(t: &Table) -> Result<Option<usize>, String> {
         items += 1;
     }
     if max > 10 && max > items.saturating_mul(2) {
-        return Err("Cannot serialise table: excessively sparse array".into());
+        return Err(EncodeError::Sparse);
     }
     Ok((max > 0).then_some(max))
 }
 
-fn table(out: &mut Vec<u8>, t: &Table, depth: usize) -> Result<(), String> {
+fn table(out: &mut Vec<u8>, t: &Table, depth: usize) -> Result<(), EncodeError> {
     if depth > MAX_DEPTH {
-        return Err(format!("Cannot serialise, excessive nesting ({depth})"));
+        return Err(EncodeError::Nesting(depth));
     }
     if let Some(len) = array_length(t)? {
         out.push(b'[');
@@ -160,7 +197,7 @@ fn table(out: &mut Vec<u8>, t: &Table, depth: usize) -> Result<(), String> {
             if i > 1 {
                 out.push(b',');
             }
-            let v: Value = t.raw_get(i).map_err(|e| e.to_string())?;
+            let v: Value = t.raw_get(i)?;
             encode(out, &v, depth)?;
         }
         out.push(b']');
@@ -169,7 +206,7 @@ fn table(out: &mut Vec<u8>, t: &Table, depth: usize) -> Result<(), String> {
     out.push(b'{');
     let mut first = true;
     for pair in t.clone().pairs::<Value, Value>() {
-        let (k, v) = pair.map_err(|e| e.to_string())?;
+        let (k, v) = pair?;
         if !first {
             out.push(b',');
         }
@@ -186,12 +223,7 @@ fn table(out: &mut Vec<u8>, t: &Table, depth: usize) -> Result<(), String> {
                 number(out, *n)?;
                 out.push(b'"');
             }
-            other => {
-                return Err(format!(
-                    "Cannot serialise {}: table key must be a number or string",
-                    type_name(other)
-                ));
-            }
+            other => return Err(EncodeError::BadKey(type_name(other))),
         }
         out.push(b':');
         encode(out, &v, depth)?;
