@@ -25,6 +25,7 @@ mod report;
 mod round;
 mod scatter;
 mod session;
+mod share;
 mod stream;
 mod txn;
 

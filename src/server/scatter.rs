@@ -6,26 +6,8 @@ use super::limit_set::{self, Parts, SetError, SetLimit};
 use super::session::Session;
 use crate::cmd::MultiCmd;
 use crate::cmd::{KeyCmd, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE, summarize};
-use crate::shard::{Answer, ShardGone};
+use crate::shard::ShardGone;
 use bytes::Bytes;
-use tokio::sync::oneshot;
-
-/// The replies to one shard's share: already there (the connection's own shard ran it
-/// inline), or still to come from another shard.
-pub(super) enum ShareReplies {
-    Ready(Vec<Reply>),
-    Wait(oneshot::Receiver<Answer>),
-}
-
-impl ShareReplies {
-    /// The replies, once they are there.
-    pub(super) async fn replies(self) -> Result<Vec<Reply>, ShardGone> {
-        match self {
-            ShareReplies::Ready(r) => Ok(r),
-            ShareReplies::Wait(rx) => rx.await.map(|a| a.replies).map_err(|_| ShardGone),
-        }
-    }
-}
 
 /// The positions of `keys`, grouped by the shard that owns each.
 fn by_shard(ses: &Session, keys: &[Bytes]) -> Vec<Vec<usize>> {
@@ -148,22 +130,6 @@ async fn sum_per_shard(
             .unwrap_or(0);
     }
     Ok(Reply::Int(total))
-}
-
-/// Runs a command on every shard and returns the replies.
-pub(super) async fn all_shards(
-    ses: &Session,
-    make: impl Fn() -> KeyCmd,
-) -> Result<Vec<Reply>, ShardGone> {
-    let mut waits = Vec::new();
-    for s in 0..ses.node.shards.len() {
-        waits.push(ses.dispatch(s, vec![make()]).await?);
-    }
-    let mut out = Vec::new();
-    for w in waits {
-        out.extend(w.replies().await?);
-    }
-    Ok(out)
 }
 
 /// A standalone node's shards, seen from one connection: its own shard runs a share inline.

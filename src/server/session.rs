@@ -3,7 +3,7 @@
 //! this reply, and the node's shards. The connection (`conn`) owns one `Session` beside its
 //! socket, buffers and round; node commands (`commands`) get only the session.
 
-use super::scatter::{self, ShareReplies};
+use super::share::ShareReplies;
 use super::{ClientInfo, Node};
 use crate::cmd::{KeyCmd, Reply};
 use crate::shard::{Answer, CoreRef, Outcome, ShardGone};
@@ -138,7 +138,15 @@ impl Session {
         &self,
         make: impl Fn() -> KeyCmd,
     ) -> Result<Vec<Reply>, ShardGone> {
-        scatter::all_shards(self, make).await
+        let mut waits = Vec::new();
+        for s in 0..self.node.shards.len() {
+            waits.push(self.dispatch(s, vec![make()]).await?);
+        }
+        let mut out = Vec::new();
+        for w in waits {
+            out.extend(w.replies().await?);
+        }
+        Ok(out)
     }
 
     /// Has every shard start or stop counting its keys in the caps now, and waits for all of
