@@ -4,8 +4,8 @@
 //! and the binary reach it; nothing below knows the parts above it.
 
 use crate::clock::Clock;
-use crate::cluster::node::Cluster;
-use crate::cluster::node::ClusterSettings;
+use crate::cluster::Cluster;
+use crate::cluster::ClusterSettings;
 use crate::config::Settings;
 use crate::error::StartError;
 use crate::rls::Rls;
@@ -96,7 +96,7 @@ async fn start_cluster(
     cs.scripts = node.scripts.clone();
     // Weak: the node holds the cluster.
     let n = Arc::downgrade(node);
-    let rules_hook: crate::cluster::meta::RulesHook = Box::new(move |rules| {
+    let rules_hook: crate::cluster::RulesHook = Box::new(move |rules| {
         if let Some(n) = n.upgrade() {
             n.rules.replace_with(rules);
         }

@@ -274,7 +274,7 @@ pub(crate) async fn initialize_groups(groups: &Groups, settings: &ClusterSetting
 pub(crate) fn spawn_tasks(
     parts: &Parts,
     listener: std::net::TcpListener,
-    scripts: Arc<crate::cmd::script::ScriptCache>,
+    scripts: Arc<crate::cmd::ScriptCache>,
     shutdown: Shutdown,
 ) {
     let groups = &parts.groups;

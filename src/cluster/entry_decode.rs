@@ -11,8 +11,8 @@
 //! subset of what serde accepts, and decodes to the same value.
 
 use super::typ::{Entry, Origin, Proposal, TypeConfig};
-use crate::cmd::keyed::KeyCmd;
-use crate::limiter::cell::CellArgs;
+use crate::cmd::KeyCmd;
+use crate::limiter::CellArgs;
 use crate::limiter::{Algorithm, Rule};
 use bincode::error::DecodeError;
 use bytes::Bytes;
@@ -33,7 +33,7 @@ const NORMAL: u8 = 1;
 pub(crate) fn decode_entry(src: &Bytes, from: usize) -> Result<(Entry, usize), DecodeError> {
     // Strings decoded by serde, a whole entry's or one command's, are views into `src` too:
     // the mode that says so is set once for the entry, not once per command.
-    crate::cmd::packed::slicing(src, || match Reader::new(src, from).entry() {
+    crate::cmd::slicing(src, || match Reader::new(src, from).entry() {
         Some(done) => Ok(done),
         None => serde_at(src, from),
     })
@@ -253,7 +253,7 @@ pub(crate) fn decoded(entry: Entry) -> std::io::Result<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::keyed::{SetCond, SetExpiry};
+    use crate::cmd::{SetCond, SetExpiry};
     use proptest::prelude::*;
 
     fn encode(e: &Entry) -> Vec<u8> {
@@ -261,7 +261,7 @@ mod tests {
     }
 
     fn through_serde(src: &Bytes) -> Result<(Entry, usize), DecodeError> {
-        crate::cmd::packed::slicing(src, || crate::cluster::decode_bounded(src))
+        crate::cmd::slicing(src, || crate::cluster::decode_bounded(src))
     }
 
     fn log_id(term: u64, node: u64, index: u64) -> super::super::typ::LogId {

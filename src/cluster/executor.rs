@@ -9,7 +9,7 @@
 use crate::cluster::meta::MetaStore;
 use crate::cluster::state_machine::{EntryBatch, Executor, GroupStateMachine};
 use crate::cluster::typ::TypeConfig;
-use crate::cmd::keyed::Reply;
+use crate::cmd::Reply;
 use crate::store::Record;
 use std::future::Future;
 use std::io;

@@ -25,7 +25,7 @@ use crate::cluster::meta::{MemberState, MetaOp, MetaState};
 use crate::cluster::replicas::ReplicaSet;
 use crate::cluster::typ::{GroupId, NodeId};
 use crate::cluster::writes::Writes;
-use crate::cmd::keyed::Reply;
+use crate::cmd::Reply;
 use crate::shutdown::Shutdown;
 use openraft::ChangeMembers;
 use openraft::impls::BasicNode;

@@ -10,7 +10,7 @@
 
 use crate::cluster::spec::{NodeSpec, rendezvous};
 use crate::cluster::typ::{GroupId, NodeId};
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use crate::store::{OwnedValue, Record};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;

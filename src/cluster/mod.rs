@@ -23,14 +23,21 @@ pub(crate) mod transport;
 pub(crate) mod typ;
 mod writes;
 
+// What the rest of the crate uses of this folder, named here so it imports the folder and not
+// its files.
 pub(crate) use errors::{ProposeError, TryAgain};
 pub(crate) use executor::{ExecFuture, GroupExecutor, ShardStopped};
 #[cfg(test)]
 pub(crate) use join::CLUSTER_FILE;
 pub(crate) use join::{read_cluster_file, resolve_join};
-pub(crate) use node::Cluster;
+pub(crate) use meta::{MemberState, MetaOp, RulesHook};
+pub(crate) use node::{Cluster, ClusterSettings};
+#[cfg(test)]
+pub(crate) use settings::DEFAULT_LOG_MEMORY;
+pub(crate) use spec::{ClusterSpec, NodeSpec, redis_id};
 pub(crate) use state_machine::EntryBatch;
-pub(crate) use typ::{GroupId, Origin};
+pub(crate) use transport::ScriptsChange;
+pub(crate) use typ::{GroupId, NodeId, Origin};
 
 /// A timer for a node's periodic task: a tick that comes late is not made up for.
 pub(crate) fn ticker(period: std::time::Duration) -> tokio::time::Interval {

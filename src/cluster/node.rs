@@ -28,14 +28,11 @@ use crate::cluster::membership::Membership;
 use crate::cluster::meta::{MetaOp, MetaState, RulesHook};
 use crate::cluster::replicas::ReplicaSet;
 pub use crate::cluster::settings::ClusterSettings;
-/// Only the configuration tests name the default from outside the cluster.
-#[cfg(test)]
-pub(crate) use crate::cluster::settings::DEFAULT_LOG_MEMORY;
 use crate::cluster::spec::{ClusterSpec, NodeSpec};
 use crate::cluster::transport::{Faults, Network, Rpc, RpcOk, ScriptsChange};
 use crate::cluster::typ::{GroupId, NodeId, Origin};
 use crate::cluster::writes::Writes;
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use crate::error::StartError;
 use crate::shutdown::Shutdown;
 use std::sync::Arc;

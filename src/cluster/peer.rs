@@ -8,7 +8,7 @@ use crate::cluster::transport::{
 };
 use crate::cluster::typ::{GroupId, NodeId, TypeConfig};
 use crate::cluster::writes::Writes;
-use crate::cmd::script::{MAX_SCRIPT_BYTES, ScriptCache, sha1_hex};
+use crate::cmd::{MAX_SCRIPT_BYTES, ScriptCache, sha1_hex};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 

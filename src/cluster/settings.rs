@@ -4,7 +4,7 @@
 use crate::cluster::spec::ClusterSpec;
 use crate::cluster::transport;
 use crate::cluster::typ::NodeId;
-use crate::cmd::script::ScriptCache;
+use crate::cmd::ScriptCache;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@
 use crate::cluster::typ::{
     Applied, GroupSnapshot, LogId, Origin, SnapshotMeta, StoredMembership, TypeConfig,
 };
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use crate::store::Record;
 use crate::sync::lock;
 use futures_util::{Stream, TryStreamExt};
@@ -342,14 +342,14 @@ impl LocalExecutor {
 
 impl Executor for LocalExecutor {
     async fn apply(&self, batches: Vec<EntryBatch>) -> io::Result<Vec<Vec<Reply>>> {
-        let mut st = crate::cmd::keyed::ExecStats::default();
+        let mut st = crate::cmd::ExecStats::default();
         let mut store = self.store();
         Ok(batches
             .into_iter()
             .map(|b| {
                 b.cmds
                     .iter()
-                    .map(|c| crate::cmd::keyed::execute(&mut store, c, b.now, &mut st))
+                    .map(|c| crate::cmd::execute(&mut store, c, b.now, &mut st))
                     .collect()
             })
             .collect())

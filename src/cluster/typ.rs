@@ -5,7 +5,7 @@
 //! share one connection per peer, and storage/network traits without the 0.9 `storage-v2`
 //! feature dance. The exact pin keeps an alpha's API changes from arriving unasked.
 
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 pub use crate::ids::{GroupId, NodeId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -27,7 +27,7 @@ pub struct Proposal {
     /// Shared, not copied, by the log, the replication streams and the apply: one entry is
     /// read several times on a leader. Encoded exactly as the list of commands itself; the
     /// strings of a decoded entry's commands share a few buffers (see `cmd::packed`).
-    #[serde(deserialize_with = "crate::cmd::packed::commands")]
+    #[serde(deserialize_with = "crate::cmd::commands")]
     pub cmds: Arc<Vec<KeyCmd>>,
     /// The whole entry's encoding, when it is at hand: as a follower received it from its
     /// leader (its log then writes these bytes rather than encoding the entry again), or as

@@ -8,7 +8,7 @@ use crate::cluster::executor::GroupRaft;
 use crate::cluster::groups::Groups;
 use crate::cluster::transport::{CallError, PeerError, Rpc, RpcOk};
 use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal};
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use openraft::error::ClientWriteError;
 use openraft::type_config::async_runtime::WatchReceiver;
 use std::sync::Arc;

@@ -6,7 +6,9 @@ use super::limits::{bucket_state, store_state};
 use super::table::{CommandSpec, Parser, command};
 use super::{ParseError, Parsed};
 use crate::limiter::State;
-use crate::limiter::cell::{self, CellArgs, CellError, CellWrite};
+use crate::limiter::{
+    CellArgs, CellError, CellWrite, parse_cell_arg, throttle_cell, validate_cell,
+};
 use crate::protocol::{ArgError, Args};
 use crate::rules::RuleSet;
 use crate::store::{Slot, Store};
@@ -34,7 +36,7 @@ fn parse_throttle(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     }
     let key = a.next_bytes()?;
     let num = |a: &mut Args| -> Result<i64, ParseError> {
-        cell::parse_arg(a.next_slice()?).map_err(cell_err)
+        parse_cell_arg(a.next_slice()?).map_err(cell_err)
     };
     let max_burst = num(a)?;
     let count = num(a)?;
@@ -46,7 +48,7 @@ fn parse_throttle(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
         period_s,
         quantity,
     };
-    cell::validate(&args).map_err(cell_err)?;
+    validate_cell(&args).map_err(cell_err)?;
     Ok(Parsed::Keyed(KeyCmd::Throttle { key, args }))
 }
 
@@ -64,7 +66,7 @@ pub(super) fn throttle(
         Ok(_) => None,
         Err(e) => return e,
     };
-    let out = cell::throttle(tat, args, now);
+    let out = throttle_cell(tat, args, now);
     match (out.write, slot) {
         (CellWrite::Keep, _) | (CellWrite::Remove, Slot::Empty(_)) => {}
         // Only a tat is dropped; another algorithm's state on the key stays.

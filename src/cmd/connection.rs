@@ -337,7 +337,7 @@ fn parse_client_sub(a: &mut Args, given: &str, sub: &str) -> Result<ClientCmd, A
                     let mut ids = Vec::with_capacity(rest.len() - 1);
                     for id in &rest[1..] {
                         ids.push(
-                            crate::protocol::args::parse_i64(id)
+                            crate::protocol::parse_i64(id)
                                 .ok_or_else(|| msg("ERR Invalid client ID"))?,
                         );
                     }
@@ -402,7 +402,7 @@ fn parse_client_kill(a: &mut Args) -> Result<ClientKill, ArgError> {
         };
         match opt.to_ascii_uppercase().as_slice() {
             b"ID" => {
-                let v = crate::protocol::args::parse_i64(val)
+                let v = crate::protocol::parse_i64(val)
                     .filter(|&v| v >= 1)
                     .ok_or_else(|| msg("ERR client-id should be greater than 0"))?;
                 k.id = Some(v.unsigned_abs());

@@ -180,7 +180,7 @@ fn expire_cmd(a: &mut Args, cmd: TimeCmd) -> Result<Parsed, ParseError> {
         (_, true, ..) => ExpireCond::Xx,
         _ => ExpireCond::Always,
     };
-    let n = crate::protocol::args::parse_i64(&param).ok_or(ArgError::NotInteger)?;
+    let n = crate::protocol::parse_i64(&param).ok_or(ArgError::NotInteger)?;
     // Seconds that overflow when made milliseconds are refused here; a time from now that
     // overflows once the current time is added is refused by the shard, which knows the time.
     let ms = if matches!(cmd, TimeCmd::Expire | TimeCmd::ExpireAt) {

@@ -383,7 +383,7 @@ pub(super) fn execute(store: &mut Store, key: &[u8], op: &HashOp, now: u64) -> R
         HashOp::IncrBy { field, delta } => write(store, key, now, |h| {
             let current = match h.get(field) {
                 None => 0,
-                Some(v) => crate::protocol::args::parse_i64(v).ok_or(Reply::err(NOT_INT_VALUE))?,
+                Some(v) => crate::protocol::parse_i64(v).ok_or(Reply::err(NOT_INT_VALUE))?,
             };
             let next = current.checked_add(*delta).ok_or(Reply::err(OVERFLOW))?;
             h.set(field, next.to_string().as_bytes());

@@ -11,9 +11,9 @@
 
 use super::hashes::{self, HashOp};
 use super::{cell, concurrency, expiry, keyspace, limits, packed, scan, server, strings};
+use crate::limiter::CellArgs;
 use crate::limiter::Decision;
 use crate::limiter::Rule;
-use crate::limiter::cell::CellArgs;
 use crate::protocol::ReplyWriter;
 use crate::store::{Store, Value};
 use bytes::Bytes;
@@ -606,7 +606,7 @@ pub(super) fn ms_of(now: u64) -> i64 {
 
 /// How a string is kept: integers as counters, anything else as bytes.
 pub(super) fn string_value(value: &[u8]) -> Value<'_> {
-    match crate::protocol::args::parse_i64(value) {
+    match crate::protocol::parse_i64(value) {
         Some(v) => Value::Int(v),
         None => Value::Str(value),
     }

@@ -49,12 +49,15 @@ pub(crate) use acl::readonly_refusal;
 pub(crate) use cluster::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
 pub(crate) use connection::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
 pub(crate) use keyed::{
-    CheckKind, KeyCmd, LimitReply, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE, encode,
-    summarize,
+    CheckKind, ExecStats, KeyCmd, LimitReply, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE,
+    encode, execute, summarize,
 };
+#[cfg(test)]
+pub(crate) use keyed::{SetCond, SetExpiry};
+pub(crate) use packed::{commands, slicing};
 pub(crate) use rules::RuleCmd;
 pub(crate) use scan::ScanCmd;
-pub(crate) use script::{Eval, ScriptCmd, check_compiles, sha1_hex};
+pub(crate) use script::{Eval, MAX_SCRIPT_BYTES, ScriptCache, ScriptCmd, check_compiles, sha1_hex};
 pub(crate) use server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
 pub(crate) use table::{
     COMMANDS, CommandSpec, SUBCOMMANDS, index_of, lookup, write_docs, write_info,

@@ -212,7 +212,7 @@ fn command_keys(args: &[Bytes]) -> Result<Vec<Bytes>, ArgError> {
         // Its keys are counted by its numkeys argument, like EVAL's.
         let n = args
             .get(1)
-            .and_then(|b| crate::protocol::args::parse_i64(b))
+            .and_then(|b| crate::protocol::parse_i64(b))
             .and_then(|n| usize::try_from(n).ok())
             .filter(|&n| n >= 1 && 2 + n <= args.len())
             .ok_or_else(|| msg("ERR Invalid arguments specified for command"))?;

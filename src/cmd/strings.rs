@@ -374,7 +374,7 @@ impl BadExpire {
 /// The time of an expire option in milliseconds, checked as Redis's
 /// `getExpireMillisecondsOrReply` does before it adds the current time.
 fn expire_ms(unit: ExpireUnit, raw: &[u8]) -> Result<u64, BadExpire> {
-    let n = crate::protocol::args::parse_i64(raw).ok_or(BadExpire::NotInteger)?;
+    let n = crate::protocol::parse_i64(raw).ok_or(BadExpire::NotInteger)?;
     if n <= 0 || (unit.seconds() && n > i64::MAX / 1000) {
         return Err(BadExpire::Invalid);
     }
@@ -576,7 +576,7 @@ pub(super) fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Re
         Slot::Live(mut live) => {
             let cur = match live.get().value {
                 Value::Int(v) => v,
-                Value::Str(s) => match crate::protocol::args::parse_i64(s) {
+                Value::Str(s) => match crate::protocol::parse_i64(s) {
                     Some(v) => v,
                     None => return Reply::err(NOT_INT),
                 },

@@ -1,7 +1,7 @@
 //! The cluster settings the file and the flags give, gathered and then checked into the
 //! cluster's own settings.
 
-use crate::cluster::node::ClusterSettings;
+use crate::cluster::ClusterSettings;
 use crate::error::StartError;
 
 /// The least `raft-log-memory` a node accepts.
@@ -86,7 +86,7 @@ impl ClusterRaw {
         bind: &str,
         port: u16,
     ) -> Result<Option<ClusterSettings>, StartError> {
-        use crate::cluster::spec::{ClusterSpec, NodeSpec};
+        use crate::cluster::{ClusterSpec, NodeSpec};
         if let Some(b) = self.log_memory
             && b < MIN_RAFT_LOG_MEMORY
         {

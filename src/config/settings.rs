@@ -44,7 +44,7 @@ pub struct Settings {
     /// Seconds between a standalone node's snapshots (0: only at shutdown).
     pub save_interval: u64,
     /// Cluster mode, when a cluster description is given.
-    pub cluster: Option<crate::cluster::node::ClusterSettings>,
+    pub cluster: Option<crate::cluster::ClusterSettings>,
     /// The TLS client port (0 = none).
     pub tls_port: u16,
     /// The TLS files and whether clients must present a certificate.
@@ -519,10 +519,7 @@ mod tests {
         );
         std::fs::write(&p, node).unwrap();
         flags.raft_log_memory = None;
-        assert_eq!(
-            limit(&flags).unwrap(),
-            crate::cluster::node::DEFAULT_LOG_MEMORY
-        );
+        assert_eq!(limit(&flags).unwrap(), crate::cluster::DEFAULT_LOG_MEMORY);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

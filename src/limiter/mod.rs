@@ -12,6 +12,12 @@ pub mod cell;
 pub mod gcra;
 pub mod window;
 
+// What the rest of the crate uses of this folder.
+pub(crate) use cell::{CellArgs, CellError, CellWrite, parse_i64_signed};
+pub(crate) use cell::{
+    parse_arg as parse_cell_arg, throttle as throttle_cell, validate as validate_cell,
+};
+
 const NS_PER_US: u64 = 1_000;
 const NS_PER_MS: u64 = 1_000_000;
 const NS_PER_S: u64 = 1_000_000_000;

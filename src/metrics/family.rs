@@ -1,7 +1,7 @@
 //! Building Prometheus metric families: a gauge, counter or histogram family, and its
 //! samples with their labels.
 
-use crate::shard::metrics::{LATENCY_BOUNDS_US, LatencySnapshot};
+use crate::shard::{LATENCY_BOUNDS_US, LatencySnapshot};
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };

@@ -11,10 +11,10 @@
 
 mod family;
 
-use crate::cmd::keyed::CheckKind;
+use crate::cmd::CheckKind;
 use crate::server::Node;
 use crate::server::{NodeReport, stats};
-use crate::shard::metrics::LatencySnapshot;
+use crate::shard::LatencySnapshot;
 use crate::shutdown::Shutdown;
 use family::{Family, counter, gauge, histogram, one_counter, one_gauge};
 use prometheus::proto::MetricFamily;

@@ -45,7 +45,7 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     if b.len() > 1 && b[0] == b'0' {
         return None;
     }
-    crate::limiter::cell::parse_i64_signed(b)
+    crate::limiter::parse_i64_signed(b)
 }
 
 impl Args {
@@ -187,7 +187,7 @@ mod tests {
         }
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_i64(b"+7"), None);
-        assert_eq!(crate::limiter::cell::parse_i64_signed(b"+7"), Some(7));
+        assert_eq!(crate::limiter::parse_i64_signed(b"+7"), Some(7));
     }
 
     #[test]

@@ -13,12 +13,12 @@
 pub(crate) mod config;
 mod service;
 
-use crate::cluster::typ::GroupId;
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cluster::GroupId;
+use crate::cmd::{KeyCmd, Reply};
 use crate::error::StartError;
 use crate::rules::{Watch, content_hash};
 use crate::server::{LimitSetParts, Node, SetError};
-use crate::shard::metrics::Verdict;
+use crate::shard::Verdict;
 use crate::shutdown::Shutdown;
 use crate::slot::key_slot;
 use crate::sync::lock;

@@ -3,10 +3,10 @@
 
 use super::config::{Decide, Limit, Unit};
 use super::{NodeParts, Rls};
-use crate::cmd::keyed::{LimitReply, Reply};
+use crate::cmd::{LimitReply, Reply};
 use crate::limiter::Algorithm;
 use crate::server::{Node, SetError, SetLimit, decide_limit_set};
-use crate::shard::metrics::Verdict;
+use crate::shard::Verdict;
 use crate::shutdown::Shutdown;
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;

@@ -252,7 +252,7 @@ impl Conn {
         &mut self,
         reqs: &mut Vec<Request>,
         max_batch: usize,
-    ) -> Option<crate::protocol::request::ProtocolError> {
+    ) -> Option<crate::protocol::ProtocolError> {
         let limits = self.ses.node.request_limits();
         while reqs.len() < max_batch {
             match self.parser.parse(&mut self.rbuf, &limits, self.ses.authed) {

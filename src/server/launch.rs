@@ -5,7 +5,7 @@
 
 use super::{LiveSettings, Node, NodeStats, accept, live, persist};
 use crate::clock::Clock;
-use crate::cluster::node::Cluster;
+use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::error::StartError;
 use crate::rules::RuleStore;
@@ -189,7 +189,7 @@ fn spawn_shard(
         .stack_size(SHARD_STACK_BYTES)
         .spawn(move || {
             let stats = node.shards[id].stats.clone();
-            crate::protocol::reply::count_errors_in(stats.errors.clone());
+            crate::protocol::count_errors_in(stats.errors.clone());
             let core = ShardCore::new(id, Store::with_caps(caps), node.clock.clone(), stats);
             let shutdown = node.shutdown.clone();
             shard::run(
@@ -322,7 +322,7 @@ pub(crate) async fn share_file_rules(node: Arc<Node>, cluster: Arc<Cluster>) {
     let specs = set.specs();
     for _ in 0..100 {
         match cluster
-            .propose_meta(crate::cluster::meta::MetaOp::LoadRules(specs.clone()))
+            .propose_meta(crate::cluster::MetaOp::LoadRules(specs.clone()))
             .await
         {
             Ok(_) => return,

@@ -355,7 +355,7 @@ fn parse_value(name: &str, value: &[u8]) -> Result<Change, String> {
                     let pct = value
                         .strip_suffix(b"%")
                         .filter(|d| !d.is_empty())
-                        .and_then(crate::protocol::args::parse_i64)
+                        .and_then(crate::protocol::parse_i64)
                         .filter(|&p| p >= 0)
                         .ok_or(WHAT)?;
                     -pct
@@ -409,7 +409,7 @@ fn parse_value(name: &str, value: &[u8]) -> Result<Change, String> {
 
 /// A plain integer setting, parsed as Redis's `string2ll` does.
 fn integer(value: &[u8]) -> Result<i64, String> {
-    crate::protocol::args::parse_i64(value)
+    crate::protocol::parse_i64(value)
         .ok_or_else(|| "argument couldn't be parsed into an integer".to_string())
 }
 

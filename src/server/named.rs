@@ -6,7 +6,7 @@
 use crate::cmd::{Reply, summarize};
 use crate::protocol::Request;
 use crate::rules::RuleSet;
-use crate::shard::metrics::Verdict;
+use crate::shard::Verdict;
 use bytes::Bytes;
 
 /// A rule a limit command named, and where its decision is in the reply.

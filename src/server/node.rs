@@ -3,7 +3,7 @@
 
 use super::LiveSettings;
 use crate::clock::Clock;
-use crate::cluster::node::Cluster;
+use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::rules::RuleStore;
 use crate::shard::{self, ShardHandle};
@@ -121,7 +121,7 @@ pub struct Node {
     /// What takes TLS clients through their handshake, when the node has a TLS port.
     pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     /// The Lua scripts this node knows, for EVALSHA.
-    pub(crate) scripts: Arc<crate::cmd::script::ScriptCache>,
+    pub(crate) scripts: Arc<crate::cmd::ScriptCache>,
 }
 
 impl Node {

@@ -4,7 +4,7 @@
 
 use super::named::Named;
 use crate::cmd::KeyCmd;
-use crate::cmd::{MultiCmd, NodeCmd, table::CommandSpec};
+use crate::cmd::{CommandSpec, MultiCmd, NodeCmd};
 use crate::protocol::ArgError;
 use crate::slot::key_slot;
 

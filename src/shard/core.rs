@@ -4,7 +4,7 @@
 use super::msg::Answer;
 use super::stats::ShardStats;
 use crate::clock::Clock;
-use crate::cmd::keyed::{self, ExecStats, KeyCmd, Reply};
+use crate::cmd::{ExecStats, KeyCmd, Reply, execute};
 use crate::slot::key_slot;
 use crate::store::{Record, Store};
 use std::cell::RefCell;
@@ -161,7 +161,7 @@ impl ShardCore {
         let mut n = 0u64;
         for c in cmds {
             n += 1;
-            if !each(keyed::execute(&mut self.store, c.borrow(), now, &mut st)) {
+            if !each(execute(&mut self.store, c.borrow(), now, &mut st)) {
                 break;
             }
         }

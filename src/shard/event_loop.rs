@@ -4,7 +4,7 @@
 use super::core::{CoreRef, SWEEP_INTERVAL, ShardCore};
 use super::msg::{ShardInbox, ShardMsg};
 use crate::cluster::{Cluster, GroupId, Origin, ProposeError, TryAgain};
-use crate::cmd::keyed::KeyCmd;
+use crate::cmd::KeyCmd;
 use crate::shutdown::Shutdown;
 use std::cell::RefCell;
 use std::future::Future;

@@ -4,7 +4,7 @@
 
 use super::msg::{ShardHandle, ShardMsg};
 use crate::cluster::{EntryBatch, ExecFuture, GroupExecutor, ShardStopped};
-use crate::cmd::keyed::Reply;
+use crate::cmd::Reply;
 use crate::store::Record;
 
 impl GroupExecutor for ShardHandle {

@@ -5,7 +5,7 @@
 //! lines (or, for rules, a lock taken once per round and only by rounds that used a named
 //! rule); a scrape reads them from another thread and adds the shards up.
 
-use crate::cmd::keyed::{CheckKind, ExecStats};
+use crate::cmd::{CheckKind, ExecStats};
 use crate::sync::lock;
 use ahash::AHashMap;
 use std::sync::Mutex;

@@ -25,6 +25,9 @@ mod proposer;
 mod stats;
 mod turn;
 
+// What the rest of the crate uses of this folder.
+pub(crate) use metrics::{LATENCY_BOUNDS_US, LatencySnapshot, Verdict};
+
 pub use self::core::ShardCore;
 pub(crate) use self::core::release_free_memory;
 pub use self::core::set_free_memory_release;

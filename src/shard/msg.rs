@@ -2,7 +2,7 @@
 //! channel between (`ShardHandle` sends from any thread, `ShardInbox` is the shard's end).
 
 use super::stats::ShardStats;
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use crate::store::Record;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError, bounded};
 use std::sync::Arc;

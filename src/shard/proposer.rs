@@ -14,7 +14,7 @@
 
 use super::msg::Answer;
 use crate::cluster::{Cluster, GroupId, Origin, ProposeError};
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use ahash::AHashMap;
 use std::borrow::Cow;
 use std::cell::RefCell;

@@ -1,6 +1,6 @@
 //! What a shard publishes about itself: the figures INFO and the metrics endpoint show.
 
-use crate::protocol::reply::ErrorCounts;
+use crate::protocol::ErrorCounts;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 

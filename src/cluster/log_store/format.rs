@@ -618,7 +618,7 @@ mod tests {
     }
 
     fn normal(index: u64, key: &str, key_len: usize) -> Entry {
-        use crate::cmd::keyed::KeyCmd;
+        use crate::cmd::KeyCmd;
         <Entry as openraft::entry::RaftEntry>::new_normal(
             openraft::testing::log_id::<TypeConfig>(1, 1, index),
             crate::cluster::typ::Proposal::new(

@@ -481,7 +481,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
 mod tests {
     use super::*;
     use crate::cluster::typ::{Proposal, is_bytes_only};
-    use crate::cmd::keyed::KeyCmd;
+    use crate::cmd::KeyCmd;
     use openraft::entry::RaftEntry;
     use openraft::type_config::TypeConfigExt;
 

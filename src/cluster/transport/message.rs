@@ -7,7 +7,7 @@
 use crate::cluster::errors::ProposeError;
 use crate::cluster::quiet::{Ping, PingAck, VoteRefusal};
 use crate::cluster::typ::{GroupId, SnapshotMeta, TypeConfig, Vote};
-use crate::cmd::keyed::{KeyCmd, Reply};
+use crate::cmd::{KeyCmd, Reply};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
     TransferLeaderResponse, VoteRequest, VoteResponse,

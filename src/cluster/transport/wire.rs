@@ -177,7 +177,7 @@ mod tests {
     use crate::cluster::errors::ProposeError;
     use crate::cluster::quiet::VoteRefusal;
     use crate::cluster::typ::TypeConfig;
-    use crate::cmd::keyed::{KeyCmd, Reply};
+    use crate::cmd::{KeyCmd, Reply};
     use openraft::raft::{
         AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest, VoteRequest, VoteResponse,
     };

@@ -10,10 +10,10 @@
 //! within the election timeout), and a peer not heard from lately shows as failed.
 
 use super::{Failure, fail};
-use crate::cluster::meta::MemberState;
-use crate::cluster::node::Cluster;
-use crate::cluster::spec::{ClusterSpec, NodeSpec, redis_id};
-use crate::cluster::typ::{GroupId, NodeId};
+use crate::cluster::Cluster;
+use crate::cluster::MemberState;
+use crate::cluster::{ClusterSpec, NodeSpec, redis_id};
+use crate::cluster::{GroupId, NodeId};
 use crate::cmd::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;

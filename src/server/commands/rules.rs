@@ -2,7 +2,7 @@
 //! metadata.
 
 use super::{Failure, fail};
-use crate::cluster::meta::MetaOp;
+use crate::cluster::MetaOp;
 use crate::cmd::Reply;
 use crate::cmd::RuleCmd;
 use crate::protocol::ReplyWriter;

@@ -2,7 +2,7 @@
 //! member's.
 
 use super::{Failure, fail};
-use crate::cluster::transport::ScriptsChange;
+use crate::cluster::ScriptsChange;
 use crate::cmd::{ScriptCmd, check_compiles, sha1_hex};
 use crate::protocol::ReplyWriter;
 use crate::server::session::Session;
