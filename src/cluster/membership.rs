@@ -44,7 +44,6 @@ const CATCH_UP: Duration = Duration::from_secs(120);
 /// How long a removed node that is up stays in the metadata group, so that it hears that it
 /// was removed (heartbeats carry the commit every 100 ms).
 const REMOVED_HEARS: Duration = Duration::from_secs(2);
-/// The file in the data folder that says which cluster a node belongs to.
 
 /// Moves this node's part of the cluster to where the metadata says it belongs.
 pub(crate) struct Membership {
