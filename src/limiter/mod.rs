@@ -13,7 +13,10 @@ pub mod gcra;
 pub mod window;
 
 // What the rest of the crate uses of this folder.
+// What the node's commands use of redis-cell's algorithm.
+#[cfg(feature = "server")]
 pub(crate) use cell::{CellArgs, CellError, CellWrite, parse_i64_signed};
+#[cfg(feature = "server")]
 pub(crate) use cell::{
     parse_arg as parse_cell_arg, throttle as throttle_cell, validate as validate_cell,
 };
