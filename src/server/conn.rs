@@ -421,7 +421,11 @@ impl Conn {
                 Ok(Parsed::Keyed(cmd)) => {
                     self.round.tag_named(named);
                     let slot = self.slot_of(cmd.route_key());
-                    self.push_slot(slot, cmd).await?;
+                    // Queued here rather than through `push_slot`: an async call would move
+                    // every command through its future.
+                    if self.round.queue(&self.ses.node, slot, cmd) {
+                        self.flush().await?;
+                    }
                 }
                 Ok(Parsed::Multi(m)) => self.run_multi(m, named, &rules).await?,
                 Ok(Parsed::Node(_, Ok(NodeCmd::Transaction(t)))) => self.transaction_cmd(t),

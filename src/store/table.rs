@@ -1,15 +1,17 @@
-//! A store's table: partitions of packed records found through a hash index; the lookup of a
-//! key (with lazy expiry) and the entry handles it gives; the prefetch a batch issues before it
-//! runs; and the sweep that expires, compacts and shrinks one partition at a time.
+//! A shard's keyspace, the `Store`: partitions of packed records found through a hash index;
+//! the lookup of a key (with lazy expiry) and the entry handles it gives; the prefetch a batch
+//! issues before it runs; the sweep that expires, compacts and shrinks one partition at a time;
+//! and the operations over every key (snapshot export and import, SCAN, clearing).
 
-use super::Store;
 use super::record::{
     EntryView, OwnedValue, Value, append, encode_payload, is_expired, key_header_len, key_of, kill,
     layout, record_len, room_of, view,
 };
-use super::usage::{StoreFull, Usage};
+use super::usage::{Caps, StoreFull, Usage};
+use super::{PARTITION_BITS, Record, SCAN_POSITION_BITS, ScanStep};
 use hashbrown::HashTable;
 use hashbrown::hash_table::OccupiedEntry;
+use std::sync::Arc;
 
 /// Number of partitions the table is split into (a power of two).
 pub(super) const PARTITIONS: usize = 64;
@@ -229,7 +231,240 @@ fn index_hash(hash: u64) -> u64 {
     hash.rotate_right(7)
 }
 
+pub struct Store {
+    partitions: Vec<Partition>,
+    hasher: ahash::RandomState,
+    pub usage: Usage,
+    sweep_cursor: usize,
+    /// Sum of the sampled TTLs (ns) and their number, over the sweep's current round.
+    ttl_sample: (u128, u64),
+    scratch: Vec<u8>,
+    /// The hashes of a batch's keys while `prefetch` runs (kept to reuse the allocation).
+    hashes: Vec<u64>,
+}
+
 impl Store {
+    /// A store with caps of its own (0 = no cap).
+    pub fn new(max_keys: usize, max_bytes: usize) -> Store {
+        Store::with_caps(Caps::new(max_keys, max_bytes))
+    }
+
+    /// A store that shares the node's caps with the other shards.
+    pub fn with_caps(caps: Arc<Caps>) -> Store {
+        Store {
+            partitions: (0..PARTITIONS).map(|_| Partition::default()).collect(),
+            // Fixed seeds keep the layout reproducible across runs.
+            hasher: ahash::RandomState::with_seeds(
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            ),
+            usage: Usage {
+                caps,
+                ..Usage::default()
+            },
+            sweep_cursor: 0,
+            ttl_sample: (0, 0),
+            scratch: Vec::new(),
+            hashes: Vec::new(),
+        }
+    }
+
+    /// Removes `key`; true if a live key was there.
+    pub fn remove(&mut self, key: &[u8], now: u64) -> bool {
+        match self.slot(key, now) {
+            Slot::Live(live) => {
+                live.remove();
+                true
+            }
+            Slot::Empty(_) => false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.usage.keys
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.usage.keys == 0
+    }
+
+    pub fn clear(&mut self) {
+        for p in &mut self.partitions {
+            *p = Partition::default();
+        }
+        if self.usage.counted {
+            self.usage.caps.release(self.usage.keys, self.usage.bytes);
+        }
+        self.usage.keys = 0;
+        self.usage.bytes = 0;
+        self.usage.expires = 0;
+    }
+
+    /// Copies out every live key that `keep` selects (snapshots of a slot range).
+    pub fn export(&self, now: u64, keep: impl Fn(&[u8]) -> bool) -> Vec<Record> {
+        let mut out = Vec::new();
+        for part in 0..self.partitions.len() {
+            self.export_partition(part, now, &keep, &mut out);
+        }
+        out
+    }
+
+    /// Copies out the live keys of one partition that `keep` selects, into `out`.
+    pub fn export_partition(
+        &self,
+        part: usize,
+        now: u64,
+        keep: impl Fn(&[u8]) -> bool,
+        out: &mut Vec<Record>,
+    ) {
+        if let Some(p) = self.partitions.get(part) {
+            for &o in p.index.iter() {
+                let v = view(&p.arena, o as usize);
+                let key = key_of(&p.arena, o as usize);
+                if is_expired(v.expires_at, now) || !keep(key) {
+                    continue;
+                }
+                out.push(Record {
+                    key: key.to_vec(),
+                    value: OwnedValue::from(v.value),
+                    expires_at: v.expires_at,
+                });
+            }
+        }
+    }
+
+    /// Replaces every key that `owned` selects with `records` (installing a snapshot). Caps do
+    /// not apply: the records were admitted where they were created.
+    pub fn import(&mut self, records: &[Record], owned: impl Fn(&[u8]) -> bool) {
+        let mut doomed = Vec::new();
+        self.for_each_key(0, |k| {
+            if owned(k) {
+                doomed.push(k.to_vec());
+            }
+        });
+        for k in doomed {
+            self.remove(&k, 0);
+        }
+        self.usage.admit_all = true;
+        let mut holders = Vec::new();
+        for r in records {
+            let value = r.value.as_value(&mut holders);
+            let _ = match self.slot(&r.key, 0) {
+                Slot::Live(mut l) => {
+                    l.set(value, r.expires_at);
+                    Ok(())
+                }
+                Slot::Empty(e) => e.insert(value, r.expires_at),
+            };
+        }
+        self.usage.admit_all = false;
+    }
+
+    /// Removes every key of partition `part` that `owned` selects; returns how many.
+    pub fn remove_in_partition(&mut self, part: usize, owned: impl Fn(&[u8]) -> bool) -> usize {
+        let Some(p) = self.partitions.get(part) else {
+            return 0;
+        };
+        let doomed: Vec<Vec<u8>> = p
+            .index
+            .iter()
+            .map(|&o| key_of(&p.arena, o as usize))
+            .filter(|k| owned(k))
+            .map(<[u8]>::to_vec)
+            .collect();
+        for k in &doomed {
+            self.remove(k, 0);
+        }
+        doomed.len()
+    }
+
+    /// Calls `f` on every live key (for KEYS-style admin use, not the hot path).
+    pub fn for_each_key(&self, now: u64, mut f: impl FnMut(&[u8])) {
+        for p in &self.partitions {
+            for &o in p.index.iter() {
+                if !is_expired(view(&p.arena, o as usize).expires_at, now) {
+                    f(key_of(&p.arena, o as usize));
+                }
+            }
+        }
+    }
+
+    /// Starts or stops counting this store in the shared caps now, after they changed.
+    pub fn sync_caps(&mut self) {
+        self.usage.sync_caps();
+    }
+
+    /// One step of SCAN: examines about `count` keys whose scan position (`scan_position`)
+    /// is at least `from`, in order of position, calling `f` with each live one; returns the
+    /// position to resume from, or `None` once the store is done.
+    ///
+    /// Every key present for a whole scan is returned at least once, however keys are added,
+    /// removed or moved by table growth and compaction in between: positions are fixed by the
+    /// key's hash, each step covers a contiguous range of positions starting at `from`, and
+    /// keys that share a position are always returned by the same step.
+    ///
+    /// Cost: each step walks (and hashes the keys of) the partition it resumes in, plus whole
+    /// partitions holding fewer than `count` keys. A step that stops inside a partition of P
+    /// keys takes at least P/8 of them, so a full scan walks each partition at most about 9
+    /// times: O(keys) overall whatever `count` is, at the price of steps that return up to P/8
+    /// keys when `count` is smaller.
+    pub fn scan(
+        &self,
+        from: u64,
+        count: usize,
+        now: u64,
+        mut f: impl FnMut(&[u8], Value<'_>),
+    ) -> ScanStep {
+        let mut examined = 0usize;
+        let first =
+            usize::try_from(from >> (SCAN_POSITION_BITS - PARTITION_BITS)).unwrap_or(PARTITIONS);
+        let mut candidates: Vec<(u64, u32)> = Vec::new();
+        for p in first..PARTITIONS {
+            let part = &self.partitions[p];
+            candidates.clear();
+            candidates.extend(part.index.iter().filter_map(|&o| {
+                let pos = self.scan_position(key_of(&part.arena, o as usize));
+                (pos >= from).then_some((pos, o))
+            }));
+            let quota = count
+                .saturating_sub(examined)
+                .max(part.index.len() / 8)
+                .max(1);
+            let mut resume = None;
+            if candidates.len() > quota {
+                candidates.select_nth_unstable_by_key(quota - 1, |c| c.0);
+                let cut = candidates[quota - 1].0;
+                candidates.retain(|c| c.0 <= cut);
+                resume = Some(cut + 1);
+            }
+            examined += candidates.len();
+            for &(_, o) in &candidates {
+                let v = view(&part.arena, o as usize);
+                if !is_expired(v.expires_at, now) {
+                    f(key_of(&part.arena, o as usize), v.value);
+                }
+            }
+            let next_part = (p + 1 < PARTITIONS)
+                .then(|| ((p + 1) as u64) << (SCAN_POSITION_BITS - PARTITION_BITS));
+            let next = resume.or(next_part);
+            if resume.is_some() || examined >= count {
+                return ScanStep { next, examined };
+            }
+        }
+        ScanStep {
+            next: None,
+            examined,
+        }
+    }
+
+    /// Where SCAN finds `key`: the top `SCAN_POSITION_BITS` bits of its hash, so positions
+    /// run through the partitions in order.
+    fn scan_position(&self, key: &[u8]) -> u64 {
+        self.hash(key) >> (64 - SCAN_POSITION_BITS)
+    }
+
     pub(super) fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
@@ -446,195 +681,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limiter::State;
-    use crate::store::tests::put;
-    use crate::store::{Holder, Holders, Semaphore};
-
-    #[test]
-    fn keys_of_one_partition_spread_over_every_index_tag() {
-        // The index compares a key only where a slot's 7-bit tag (the top bits of the hash it
-        // was given) matches. If the partition's own bits fed the tag, a partition's keys
-        // would share most of it, and a probe would read and compare about half the slots it
-        // passes.
-        let s = Store::new(0, 0);
-        let mut tags = std::collections::HashSet::new();
-        let mut starts = std::collections::HashSet::new();
-        for i in 0..200_000u32 {
-            let hash = s.hash(format!("bucket:{i}").as_bytes());
-            if Store::partition_of(hash) == 5 {
-                tags.insert(index_hash(hash) >> 57);
-                starts.insert(index_hash(hash) & 1023);
-            }
-        }
-        assert_eq!(tags.len(), 128, "tags in use: {}", tags.len());
-        // And the probe's start (the low bits) is not fixed by the partition either.
-        assert!(
-            starts.len() > 900,
-            "start positions in use: {}",
-            starts.len()
-        );
-    }
-
-    #[test]
-    fn lazy_and_active_expiry_and_compaction() {
-        let mut s = Store::new(0, 0);
-        for i in 0..20_000u32 {
-            put(
-                &mut s,
-                &i.to_be_bytes(),
-                Value::Bucket(State::Gcra { tat: 100 }),
-                100,
-                0,
-            )
-            .unwrap();
-        }
-        put(&mut s, b"forever", Value::Int(1), 0, 0).unwrap();
-        assert!(s.get(&7u32.to_be_bytes(), 100).is_none());
-        assert_eq!(s.sweep(100, Store::partitions()), 20_000);
-        assert_eq!(s.len(), 1);
-        assert!(s.get(b"forever", 1 << 60).is_some());
-        // The walk that expired them keeps the partitions' room, for keys to come...
-        let arena: usize = s.partitions.iter().map(|p| p.arena.capacity()).sum();
-        assert!(arena >= 20_000 * 20, "room not kept: {arena}");
-        // ...and the next walk, which finds nothing expired, gives it back.
-        assert_eq!(s.sweep(100, Store::partitions()), 0);
-        let arena: usize = s.partitions.iter().map(|p| p.arena.capacity()).sum();
-        assert!(arena < 1024, "arenas not released: {arena}");
-        let index: usize = s.partitions.iter().map(|p| p.index.capacity()).sum();
-        assert!(index < 1024, "indexes not released: {index}");
-        assert!(s.get(b"forever", 1 << 60).is_some());
-    }
-
-    #[test]
-    fn updates_that_change_size_survive_compaction() {
-        let mut s = Store::new(0, 0);
-        for round in 0..8u64 {
-            for i in 0..20_000u32 {
-                let v = if round % 2 == 0 {
-                    Value::Int(round as i64)
-                } else {
-                    Value::Bucket(State::Fixed {
-                        start: round,
-                        count: u64::from(i),
-                    })
-                };
-                put(&mut s, &i.to_le_bytes(), v, 1_000_000, 0).unwrap();
-            }
-            s.sweep(0, Store::partitions());
-        }
-        for i in 0..20_000u32 {
-            let e = s.get(&i.to_le_bytes(), 0).unwrap();
-            assert_eq!(
-                e.value,
-                Value::Bucket(State::Fixed {
-                    start: 7,
-                    count: u64::from(i)
-                })
-            );
-        }
-        // Live records are 30 bytes each; without compaction eight rounds would leave ~7x that.
-        let arena: usize = s.partitions.iter().map(|p| p.arena.len()).sum();
-        assert!(arena < 20_000 * 30 * 3, "dead space not reclaimed: {arena}");
-    }
-
-    #[test]
-    fn sweep_walks_only_partitions_with_something_due() {
-        let mut s = Store::new(0, 0);
-        for i in 0..10_000u32 {
-            put(&mut s, &i.to_be_bytes(), Value::Int(1), 0, 0).unwrap();
-        }
-        s.sweep(1_000, Store::partitions());
-        assert_eq!(
-            s.usage.sweep_walks, 0,
-            "keys without expiry are never walked"
-        );
-        for i in 0..10_000u32 {
-            let exp = if i == 7 { 500 } else { 1_000_000_000_000 };
-            put(&mut s, &(i + 100_000).to_be_bytes(), Value::Int(1), exp, 0).unwrap();
-        }
-        s.sweep(100, Store::partitions());
-        assert_eq!(s.usage.sweep_walks, 0, "nothing is due yet");
-        assert_eq!(s.sweep(600, Store::partitions()), 1);
-        assert_eq!(
-            s.usage.sweep_walks, 1,
-            "only the partition holding the due key"
-        );
-        // One key trickling out rests its partition; a full expiry is swept at once.
-        assert_eq!(s.sweep(1_000_000_000_001, Store::partitions()), 9_999);
-        assert_eq!(s.len(), 10_000);
-    }
-
-    /// `n` holders with tokens and deadlines from 1, packed into `buf`.
-    fn semaphore(n: u64, buf: &mut Vec<u8>) -> Value<'_> {
-        let holders: Vec<Holder> = (1..=n)
-            .map(|i| Holder {
-                token: i,
-                deadline: 1_000 + i,
-            })
-            .collect();
-        Value::Semaphore(Semaphore {
-            next_token: n + 1,
-            holders: Holders::pack(&holders, buf),
-        })
-    }
-
-    #[test]
-    fn a_semaphore_moving_within_its_room_is_rewritten_in_place() {
-        let mut s = Store::new(0, 0);
-        let mut buf = Vec::new();
-        let mut arena_after = Vec::new();
-        // Up to 16 holders and back down to 5: 4 → 8 → 16 on the way up, and the room of 16
-        // is kept on the way down while more than a quarter of it is used.
-        let counts: Vec<u64> = (1..=16).chain((5..16).rev()).collect();
-        for &n in &counts {
-            put(&mut s, b"sem", semaphore(n, &mut buf), 2_000, 0).unwrap();
-            let e = s.get(b"sem", 0).unwrap();
-            assert_eq!(e.value, semaphore(n, &mut Vec::new()), "{n} holders");
-            assert_eq!(e.expires_at, 2_000);
-            arena_after.push(s.partitions.iter().map(|p| p.arena.len()).sum::<usize>());
-        }
-        let grew = arena_after.windows(2).filter(|w| w[1] != w[0]).count();
-        assert_eq!(grew, 2, "only the growth to 8 and to 16 appends a record");
-        // The bytes counted are the record's, room included: 16 holders of 16 bytes and more.
-        assert!(s.usage.bytes > 16 * 16, "{}", s.usage.bytes);
-        // Down to 4 of 16: the record shrinks to a room of 4.
-        put(&mut s, b"sem", semaphore(4, &mut buf), 2_000, 0).unwrap();
-        assert!(s.usage.bytes < 8 * 16, "{}", s.usage.bytes);
-        assert_eq!(
-            s.get(b"sem", 0).map(|e| e.value),
-            Some(semaphore(4, &mut buf))
-        );
-    }
-
-    #[test]
-    fn semaphores_survive_compaction() {
-        let mut s = Store::new(0, 0);
-        let mut buf = Vec::new();
-        for round in 1..=6u64 {
-            for i in 0..2_000u32 {
-                let n = round * 3;
-                put(&mut s, &i.to_le_bytes(), semaphore(n, &mut buf), 10_000, 0).unwrap();
-            }
-            s.sweep(0, Store::partitions());
-        }
-        for i in 0..2_000u32 {
-            let e = s.get(&i.to_le_bytes(), 0).unwrap();
-            assert_eq!(e.value, semaphore(18, &mut buf));
-        }
-        assert_eq!(s.sweep(10_000, Store::partitions()), 2_000);
-        assert_eq!(s.usage.bytes, 0);
-    }
-
-    #[test]
-    fn sweep_samples_the_average_ttl() {
-        let mut s = Store::new(0, 0);
-        for i in 0..200u32 {
-            put(&mut s, &i.to_be_bytes(), Value::Int(1), 7_000_000_000, 0).unwrap();
-        }
-        put(&mut s, b"forever", Value::Int(1), 0, 0).unwrap();
-        s.sweep(2_000_000_000, Store::partitions());
-        assert_eq!(s.usage.avg_ttl_ms, 5_000);
-    }
-}
+mod tests;
