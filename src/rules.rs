@@ -106,37 +106,85 @@ impl RuleSet {
     }
 
     /// Parses a rules file's text. Every rule must be valid, or the whole file is rejected.
-    pub fn parse_toml(text: &str) -> Result<RuleSet, String> {
-        let doc: toml::Table = text.parse().map_err(|e| format!("invalid TOML: {e}"))?;
+    pub fn parse_toml(text: &str) -> Result<RuleSet, RulesError> {
+        let doc: toml::Table = text.parse().map_err(RulesError::Toml)?;
         let mut rules = AHashMap::new();
         let Some(section) = doc.get("rules") else {
             return Ok(RuleSet { rules });
         };
-        let table = section
-            .as_table()
-            .ok_or_else(|| "'rules' must be a table".to_string())?;
+        let table = section.as_table().ok_or(RulesError::NotATable)?;
         for (name, v) in table {
             validate_name(name)?;
             let spec = v
                 .as_str()
-                .ok_or_else(|| format!("rule '{name}': expected a string like \"100/1m\""))?;
-            let rule = NamedRule::parse(spec).map_err(|e| format!("rule '{name}': {e}"))?;
+                .ok_or_else(|| RulesError::NotAString(name.clone()))?;
+            let rule = NamedRule::parse(spec).map_err(|error| RulesError::BadSpec {
+                name: name.clone(),
+                error,
+            })?;
             rules.insert(name.clone(), rule);
         }
         Ok(RuleSet { rules })
     }
 }
 
+/// Why a rules file, or a rule given at run time, was refused. Its text is what operators and
+/// clients are shown.
+#[derive(Debug)]
+pub enum RulesError {
+    /// The file is not TOML.
+    Toml(toml::de::Error),
+    /// `rules` is there but is not a table.
+    NotATable,
+    /// A rule's value is not a string.
+    NotAString(String),
+    /// A rule's spec does not parse.
+    BadSpec {
+        name: String,
+        error: crate::limiter::RuleError,
+    },
+    /// A rule's name could be taken for an inline spec, or is not printable.
+    BadName(String),
+    /// The file could not be read.
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// A reload was asked for, and the node has no rules file.
+    NoFile,
+}
+
+impl std::fmt::Display for RulesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RulesError::Toml(e) => write!(f, "invalid TOML: {e}"),
+            RulesError::NotATable => f.write_str("'rules' must be a table"),
+            RulesError::NotAString(name) => {
+                write!(f, "rule '{name}': expected a string like \"100/1m\"")
+            }
+            RulesError::BadSpec { name, error } => write!(f, "rule '{name}': {error}"),
+            RulesError::BadName(name) => write!(
+                f,
+                "invalid rule name '{name}': 1-128 printable characters, no spaces or '/'"
+            ),
+            RulesError::Read { path, error } => {
+                write!(f, "cannot read rules file {}: {error}", path.display())
+            }
+            RulesError::NoFile => f.write_str("no rules file configured"),
+        }
+    }
+}
+
+impl std::error::Error for RulesError {}
+
 /// A rule name must not look like an inline spec (no '/') and must be printable.
-pub(crate) fn validate_name(name: &str) -> Result<(), String> {
+pub(crate) fn validate_name(name: &str) -> Result<(), RulesError> {
     if name.is_empty()
         || name.len() > 128
         || name.contains('/')
         || name.chars().any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(format!(
-            "invalid rule name '{name}': 1-128 printable characters, no spaces or '/'"
-        ));
+        return Err(RulesError::BadName(name.to_string()));
     }
     Ok(())
 }
@@ -199,14 +247,16 @@ pub(crate) fn content_hash(text: &str) -> u64 {
     h.finish()
 }
 
-fn read_file(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read rules file {}: {e}", path.display()))
+pub(crate) fn read_file(path: &Path) -> Result<String, RulesError> {
+    std::fs::read_to_string(path).map_err(|error| RulesError::Read {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 impl RuleStore {
     /// Loads the file if one is given; a bad file at startup is an error.
-    pub fn open(file: Option<PathBuf>) -> Result<RuleStore, String> {
+    pub fn open(file: Option<PathBuf>) -> Result<RuleStore, RulesError> {
         let mut watch = Watch::default();
         let set = match &file {
             Some(p) => {
@@ -238,7 +288,7 @@ impl RuleStore {
         self.current.store(Arc::new(next));
     }
 
-    pub fn set(&self, name: &str, rule: NamedRule) -> Result<(), String> {
+    pub fn set(&self, name: &str, rule: NamedRule) -> Result<(), RulesError> {
         validate_name(name)?;
         self.modify(|s| {
             s.rules.insert(name.to_string(), rule);
@@ -270,9 +320,9 @@ impl RuleStore {
 
     /// Re-reads the rules file now. On error the old rules stay in force and the error is
     /// returned.
-    pub fn reload(&self) -> Result<usize, String> {
+    pub fn reload(&self) -> Result<usize, RulesError> {
         let Some(path) = &self.file else {
-            return Err("no rules file configured".into());
+            return Err(RulesError::NoFile);
         };
         let mut w = lock(&self.write);
         let text = read_file(path)?;
@@ -286,7 +336,7 @@ impl RuleStore {
     /// Called periodically: reloads once the file has changed and then stayed the same for one
     /// more poll, so a file caught half-written (which may well parse, with rules missing) is
     /// not applied. `Ok(None)` when there is nothing to apply.
-    pub fn reload_if_changed(&self) -> Result<Option<usize>, String> {
+    pub fn reload_if_changed(&self) -> Result<Option<usize>, RulesError> {
         let Some(path) = &self.file else {
             return Ok(None);
         };

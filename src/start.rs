@@ -35,7 +35,8 @@ pub async fn start(
             .await
             .map_err(|e| StartError::Join(e.to_string()))?;
     }
-    let rules = RuleStore::open(settings.rules.clone()).map_err(StartError::Rules)?;
+    let rules =
+        RuleStore::open(settings.rules.clone()).map_err(|e| StartError::Rules(e.to_string()))?;
     let rls = open_rls(&settings)?;
     let listeners = ClientListeners::bind(&settings).await?;
     let addr = listeners.addr;

@@ -309,16 +309,14 @@ pub(crate) async fn share_file_rules(node: Arc<Node>, cluster: Arc<Cluster>) {
     let Some(path) = node.rules.file() else {
         return;
     };
-    let set = match std::fs::read_to_string(path)
-        .map_err(|e| e.to_string())
-        .and_then(|t| crate::rules::RuleSet::parse_toml(&t))
-    {
-        Ok(set) => set,
-        Err(e) => {
-            tracing::error!("rules file not shared with the cluster: {e}");
-            return;
-        }
-    };
+    let set =
+        match crate::rules::read_file(path).and_then(|t| crate::rules::RuleSet::parse_toml(&t)) {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::error!("rules file not shared with the cluster: {e}");
+                return;
+            }
+        };
     let specs = set.specs();
     for _ in 0..100 {
         match cluster
