@@ -50,7 +50,10 @@ pub(crate) async fn build<S: GroupExecutor + Clone>(
     host: Host<'_, S>,
     shutdown: &Shutdown,
 ) -> Result<(Parts, std::net::TcpListener), StartError> {
-    settings.spec.validate().map_err(StartError::Spec)?;
+    settings
+        .spec
+        .validate()
+        .map_err(|e| StartError::Spec(e.to_string()))?;
     let me = settings.node_id;
     let my_spec = settings
         .spec

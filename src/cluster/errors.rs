@@ -234,7 +234,7 @@ pub(crate) enum JoinError {
     BadGroupCount,
     BadReplicas,
     /// The members the member listed do not parse.
-    BadNodes(String),
+    BadNodes(crate::cluster::spec::SpecError),
     /// What the member said could not be written to the data folder.
     WriteFile {
         dir: PathBuf,
@@ -265,7 +265,7 @@ impl std::fmt::Display for JoinError {
             }
             JoinError::BadGroupCount => f.write_str("bad group count"),
             JoinError::BadReplicas => f.write_str("bad replicas"),
-            JoinError::BadNodes(why) => f.write_str(why),
+            JoinError::BadNodes(why) => write!(f, "{why}"),
             JoinError::WriteFile { dir, error } => {
                 write!(f, "cannot write {}: {error}", dir.display())
             }

@@ -54,7 +54,7 @@ pub(crate) fn read_cluster_file(dir: &Path) -> Result<Option<(NodeId, ClusterSpe
         .get("cluster-nodes")
         .and_then(toml::Value::as_str)
         .ok_or_else(|| bad("no cluster-nodes"))?;
-    let nodes = ClusterSpec::parse_nodes(nodes).map_err(|e| bad(&e))?;
+    let nodes = ClusterSpec::parse_nodes(nodes).map_err(|e| bad(&e.to_string()))?;
     Ok(Some((
         id,
         ClusterSpec {

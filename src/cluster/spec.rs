@@ -47,6 +47,38 @@ pub struct ClusterSpec {
     pub groups: u32,
 }
 
+/// Why a cluster's description was refused; its text is what the operator is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecError {
+    /// A `--cluster-nodes` entry is not `ID:HOST:PORT:PEER_PORT`.
+    BadNode(String),
+    /// One field of an entry does not parse: (which field, the entry).
+    BadField(&'static str, String),
+    NoNodes,
+    DuplicateIds,
+    ReservedId,
+    Replicas,
+    Groups,
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecError::BadNode(item) => {
+                write!(f, "invalid node '{item}': expected ID:HOST:PORT:PEER_PORT")
+            }
+            SpecError::BadField(what, item) => write!(f, "invalid {what} in node '{item}'"),
+            SpecError::NoNodes => f.write_str("a cluster needs at least one node"),
+            SpecError::DuplicateIds => f.write_str("node ids must be unique"),
+            SpecError::ReservedId => f.write_str("node id 0 is reserved"),
+            SpecError::Replicas => write!(f, "replicas must be between 1 and {MAX_REPLICAS}"),
+            SpecError::Groups => f.write_str("groups must be between 1 and 16384"),
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
 impl ClusterSpec {
     /// Writes `nodes` the way `parse_nodes` reads them: `ID:HOST:PORT:PEER_PORT`, comma-separated.
     pub fn format_nodes<'a>(nodes: impl IntoIterator<Item = &'a NodeSpec>) -> String {
@@ -59,26 +91,24 @@ impl ClusterSpec {
 
     /// Parses `ID:HOST:PORT:PEER_PORT` entries separated by commas, e.g.
     /// `1:127.0.0.1:7001:17001,2:127.0.0.1:7002:17002`.
-    pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, String> {
+    pub fn parse_nodes(s: &str) -> Result<Vec<NodeSpec>, SpecError> {
         let mut nodes = Vec::new();
         for item in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
             let parts: Vec<&str> = item.rsplitn(3, ':').collect();
             // rsplitn yields [peer_port, port, "ID:HOST"].
             let [peer, port, id_host] = parts[..] else {
-                return Err(format!(
-                    "invalid node '{item}': expected ID:HOST:PORT:PEER_PORT"
-                ));
+                return Err(SpecError::BadNode(item.to_string()));
             };
             let (id, host) = id_host
                 .split_once(':')
-                .ok_or_else(|| format!("invalid node '{item}': expected ID:HOST:PORT:PEER_PORT"))?;
-            let num = |v: &str, what: &str| -> Result<u64, String> {
+                .ok_or_else(|| SpecError::BadNode(item.to_string()))?;
+            let num = |v: &str, what: &'static str| -> Result<u64, SpecError> {
                 v.parse::<u64>()
-                    .map_err(|_| format!("invalid {what} in node '{item}'"))
+                    .map_err(|_| SpecError::BadField(what, item.to_string()))
             };
-            let port16 = |v: &str, what: &str| -> Result<u16, String> {
+            let port16 = |v: &str, what: &'static str| -> Result<u16, SpecError> {
                 v.parse::<u16>()
-                    .map_err(|_| format!("invalid {what} in node '{item}'"))
+                    .map_err(|_| SpecError::BadField(what, item.to_string()))
             };
             nodes.push(NodeSpec {
                 id: num(id, "id")?,
@@ -90,24 +120,24 @@ impl ClusterSpec {
         Ok(nodes)
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         if self.nodes.is_empty() {
-            return Err("a cluster needs at least one node".into());
+            return Err(SpecError::NoNodes);
         }
         let mut ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
         ids.sort_unstable();
         ids.dedup();
         if ids.len() != self.nodes.len() {
-            return Err("node ids must be unique".into());
+            return Err(SpecError::DuplicateIds);
         }
         if ids.contains(&0) {
-            return Err("node id 0 is reserved".into());
+            return Err(SpecError::ReservedId);
         }
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
-            return Err(format!("replicas must be between 1 and {MAX_REPLICAS}"));
+            return Err(SpecError::Replicas);
         }
         if self.groups == 0 || self.groups > u32::from(SLOTS) {
-            return Err("groups must be between 1 and 16384".into());
+            return Err(SpecError::Groups);
         }
         Ok(())
     }

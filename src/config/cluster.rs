@@ -153,7 +153,8 @@ impl ClusterRaw {
             common.apply(&mut c);
             return Ok(Some(c));
         };
-        let nodes = ClusterSpec::parse_nodes(&nodes).map_err(StartError::Spec)?;
+        let nodes =
+            ClusterSpec::parse_nodes(&nodes).map_err(|e| StartError::Spec(e.to_string()))?;
         let node_id = self.node_id.ok_or(StartError::NoNodeId)?;
         let replicas = self.replicas.unwrap_or(3);
         let spec = ClusterSpec {
@@ -163,7 +164,8 @@ impl ClusterRaw {
             // little (quiet), so more would do too, at smaller batches per group under load.
             groups: self.groups.unwrap_or(32),
         };
-        spec.validate().map_err(StartError::Spec)?;
+        spec.validate()
+            .map_err(|e| StartError::Spec(e.to_string()))?;
         if spec.node(node_id).is_none() {
             return Err(StartError::NodeIdNotListed(node_id));
         }
