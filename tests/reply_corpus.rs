@@ -195,16 +195,6 @@ fn repeat(word: &str) -> Option<Vec<u8>> {
     Some(c.to_string().repeat(n).into_bytes())
 }
 
-fn encode(args: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
 fn parse_corpus(text: &str) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut open = false;
@@ -273,7 +263,7 @@ fn parse_corpus(text: &str) -> Vec<Group> {
         } else {
             let args = words(rest, line);
             assert!(!args.is_empty(), "line {line}: no words");
-            encode(&args)
+            common::encode_bytes(&args.iter().map(Vec::as_slice).collect::<Vec<_>>())
         };
         g.steps.push(Step::Request {
             text: trimmed.to_string(),
