@@ -10,6 +10,9 @@
 //! only ever appended; none is removed, moved elsewhere, or reordered.
 
 use super::hashes::{self, HashOp};
+use super::lists::{self, ListOp};
+use super::sets::{self, SetOp};
+use super::zsets::{self, ZOp};
 use super::{cell, concurrency, expiry, keyspace, limits, packed, scan, server, strings};
 use crate::limiter::CellArgs;
 use crate::limiter::Decision;
@@ -322,6 +325,24 @@ pub enum KeyCmd {
     },
     /// EVAL and friends: a Lua script on keys this shard owns, run whole.
     Eval(Box<super::script::Eval>),
+    /// A sorted-set command (ZADD, ZRANGE, ZREMRANGEBYSCORE...) on the sorted set under `key`.
+    ZSet {
+        #[serde(deserialize_with = "packed::bytes")]
+        key: Bytes,
+        op: ZOp,
+    },
+    /// A list command (LPUSH, LRANGE, LTRIM...) on the list under `key`.
+    List {
+        #[serde(deserialize_with = "packed::bytes")]
+        key: Bytes,
+        op: ListOp,
+    },
+    /// A set command (SADD, SISMEMBER...) on the set under `key`.
+    Members {
+        #[serde(deserialize_with = "packed::bytes")]
+        key: Bytes,
+        op: SetOp,
+    },
 }
 
 /// A limit decision as it goes on the wire:
@@ -374,7 +395,10 @@ impl KeyCmd {
             | KeyCmd::GetEx { key, .. }
             | KeyCmd::ExpireTime { key, .. }
             | KeyCmd::IncrByFloat { key, .. }
-            | KeyCmd::Hash { key, .. } => Some(key),
+            | KeyCmd::Hash { key, .. }
+            | KeyCmd::ZSet { key, .. }
+            | KeyCmd::List { key, .. }
+            | KeyCmd::Members { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -596,6 +620,9 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
         KeyCmd::Release { key, token } => concurrency::release(store, key, *token, now),
         KeyCmd::InFlight(key) => concurrency::in_flight(store, key, now),
         KeyCmd::Hash { key, op } => hashes::execute(store, key, op, now),
+        KeyCmd::ZSet { key, op } => zsets::execute(store, key, op, now),
+        KeyCmd::List { key, op } => lists::execute(store, key, op, now),
+        KeyCmd::Members { key, op } => sets::execute(store, key, op, now),
     }
 }
 
@@ -617,7 +644,7 @@ pub(super) fn string_reply(value: Value<'_>) -> Option<Reply> {
     match value {
         Value::Str(s) => Some(Reply::Bulk(Bytes::copy_from_slice(s))),
         Value::Int(v) => Some(Reply::Bulk(Bytes::from(v.to_string()))),
-        Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => None,
+        Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) | Value::Coll(_) => None,
     }
 }
 

@@ -83,6 +83,7 @@ pub(super) fn type_name(value: &Value<'_>) -> &'static str {
         Value::Bucket(_) => "bucket",
         Value::Semaphore(_) => "semaphore",
         Value::Hash(_) => "hash",
+        Value::Coll(c) => c.type_name(),
         Value::Int(_) | Value::Str(_) => "string",
     }
 }

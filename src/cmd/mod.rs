@@ -33,14 +33,17 @@ pub(crate) mod hashes;
 pub(crate) mod keyed;
 pub(crate) mod keyspace;
 pub(crate) mod limits;
+pub(crate) mod lists;
 pub(crate) mod packed;
 pub(crate) mod rules;
 pub(crate) mod scan;
 pub(crate) mod script;
 pub(crate) mod server;
+pub(crate) mod sets;
 pub(crate) mod strings;
 pub(crate) mod table;
 pub(crate) mod transactions;
+pub(crate) mod zsets;
 
 // What other modules use of the commands, named here so they import the folder, not its
 // files: the log format and replies, the registry, the node commands' parsed forms, and the

@@ -430,7 +430,7 @@ pub(super) fn get(store: &Store, key: &[u8], now: u64) -> Reply {
         None => Reply::Nil,
         Some(Value::Str(s)) => Reply::Bulk(Bytes::copy_from_slice(s)),
         Some(Value::Int(v)) => Reply::Bulk(Bytes::from(v.to_string())),
-        Some(Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_)) => Reply::err(WRONGTYPE),
+        Some(Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) | Value::Coll(_)) => Reply::err(WRONGTYPE),
     }
 }
 
@@ -580,7 +580,7 @@ pub(super) fn incr_by(store: &mut Store, key: &[u8], delta: i64, now: u64) -> Re
                     Some(v) => v,
                     None => return Reply::err(NOT_INT),
                 },
-                Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => {
+                Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) | Value::Coll(_) => {
                     return Reply::err(WRONGTYPE);
                 }
             };
@@ -648,7 +648,7 @@ pub(super) fn incr_by_float(store: &mut Store, key: &[u8], incr: &[u8], now: u64
         Slot::Live(live) => match live.get().value {
             Value::Int(v) => Ok(Some(float::LongDouble::from_i64(v))),
             Value::Str(s) => read(s),
-            Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) => {
+            Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) | Value::Coll(_) => {
                 return Reply::err(WRONGTYPE);
             }
         },
@@ -718,8 +718,8 @@ pub(super) fn mset(store: &mut Store, keys: &[Bytes], values: &[Bytes], now: u64
                         match (store.slot(key, now), before) {
                             (Slot::Live(live), None) => live.remove(),
                             (Slot::Live(mut live), Some((v, exp))) => {
-                                let mut holders = Vec::new();
-                                live.set(v.as_value(&mut holders), exp);
+                                let (mut holders, mut coll) = (Vec::new(), None);
+                                live.set(v.as_value(&mut holders, &mut coll), exp);
                             }
                             // Every key set above is live: nothing set it to expire.
                             (Slot::Empty(_), _) => {}

@@ -7,7 +7,7 @@
 
 use super::NodeCmd;
 use super::{
-    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, hashes, keyspace, limits,
+    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, hashes, keyspace, limits, lists, sets, zsets,
     rules, scan, script, server, strings, transactions,
 };
 use crate::protocol::{ArgError, Args, ReplyWriter};
@@ -146,6 +146,9 @@ const FAMILIES: &[&[CommandSpec]] = &[
     server::COMMANDS,
     strings::COMMANDS,
     hashes::COMMANDS,
+    zsets::COMMANDS,
+    lists::COMMANDS,
+    sets::COMMANDS,
     expiry::COMMANDS,
     keyspace::COMMANDS,
     cell::COMMANDS,

@@ -269,6 +269,9 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         | KeyCmd::MGet(_) => true,
         KeyCmd::Set { get, .. } => *get,
         KeyCmd::Hash { op, .. } => op.returns_values(),
+        KeyCmd::ZSet { op, .. } => op.returns_values(),
+        KeyCmd::List { op, .. } => op.returns_values(),
+        KeyCmd::Members { op, .. } => op.returns_values(),
         KeyCmd::IncrBy { .. }
         | KeyCmd::Expire { .. }
         | KeyCmd::Persist(_)

@@ -16,10 +16,15 @@
 //! small partition at a time instead of stalling the shard. Only the shard thread touches a
 //! `Store`.
 
+mod coll;
+mod list;
 mod record;
+mod set;
 mod table;
 mod usage;
+mod zset;
 
+pub use coll::Coll;
 pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub use table::{Slot, Store};
 pub(crate) use usage::{Caps, StoreFull};
@@ -287,6 +292,51 @@ mod tests {
             assert_eq!(e.expires_at, r.expires_at);
         }
         assert_eq!(t.usage.bytes, s.usage.bytes);
+    }
+
+    /// A collection lives beside the arena: its memory is counted while it lives and given
+    /// back however it goes (removed, replaced, expired on access or by the sweep), and it
+    /// travels whole in a snapshot.
+    #[test]
+    fn a_collection_is_counted_changed_in_place_exported_and_freed() {
+        use super::coll::OwnedColl;
+        let mut s = Store::new(0, 0);
+        let owned = OwnedColl::List(vec![b"a".to_vec(), b"bb".to_vec()]);
+        let coll = Coll::from_owned(&owned);
+        let mem = coll.mem();
+        let Slot::Empty(e) = s.slot(b"l", 0) else {
+            panic!("new key")
+        };
+        e.insert_coll(coll, 0).unwrap();
+        let base = s.usage.bytes;
+        assert!(base > mem);
+        let Slot::Live(mut l) = s.slot(b"l", 0) else {
+            panic!("live")
+        };
+        let len = l.coll_mut(|c| c.len());
+        assert_eq!(len, Some(2));
+        l.set_expiry(100);
+        assert_eq!(s.usage.expires, 1);
+        let records = s.export(0, |_| true);
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].value, OwnedValue::Coll(owned.clone()));
+        assert_eq!(records[0].expires_at, 100);
+        // Replaced by a counter: the collection's bytes go back.
+        put(&mut s, b"l", Value::Int(1), 0, 0).unwrap();
+        assert!(s.usage.bytes < base - mem + 30, "{} {}", s.usage.bytes, base);
+        s.remove(b"l", 0);
+        assert_eq!(s.usage.bytes, 0);
+        // Imported, then expired on access, then by the sweep.
+        let mut t = Store::new(0, 0);
+        t.import(&records, |_| true);
+        assert_eq!(t.usage.bytes, base);
+        assert!(matches!(t.get(b"l", 50).map(|e| e.value), Some(Value::Coll(_))));
+        assert!(t.get(b"l", 100).is_none());
+        assert!(matches!(t.slot(b"l", 100), Slot::Empty(_)));
+        assert_eq!(t.usage.bytes, 0);
+        t.import(&records, |_| true);
+        t.sweep(200, Store::partitions());
+        assert_eq!((t.len(), t.usage.bytes, t.usage.expires), (0, 0, 0));
     }
 
     #[test]

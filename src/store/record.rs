@@ -19,6 +19,7 @@
 //! The functions here read and write arena bytes at offsets the index holds. They run on every
 //! request and are called from the table's module, hence `#[inline]`.
 
+use super::coll::{Coll, Colls, OwnedColl};
 use crate::limiter::State;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +36,8 @@ pub enum Value<'a> {
     Semaphore(Semaphore<'a>),
     /// A hash's fields and values (HSET).
     Hash(Fields<'a>),
+    /// A sorted set, a list or a set, kept beside the arena (`coll`).
+    Coll(&'a Coll),
 }
 
 impl Value<'_> {
@@ -195,6 +198,8 @@ pub enum OwnedValue {
     },
     /// A hash's (field, value) pairs, in order.
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A sorted set, a list or a set.
+    Coll(OwnedColl),
 }
 
 impl From<Value<'_>> for OwnedValue {
@@ -210,14 +215,19 @@ impl From<Value<'_>> for OwnedValue {
             Value::Hash(h) => {
                 OwnedValue::Hash(h.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect())
             }
+            Value::Coll(c) => OwnedValue::Coll(c.to_owned_coll()),
         }
     }
 }
 
 impl OwnedValue {
     /// The value to store; `scratch` holds a semaphore's packed holders or a hash's packed
-    /// fields.
-    pub fn as_value<'a>(&'a self, scratch: &'a mut Vec<u8>) -> Value<'a> {
+    /// fields, `coll` a collection rebuilt from its detached form.
+    pub fn as_value<'a>(
+        &'a self,
+        scratch: &'a mut Vec<u8>,
+        coll: &'a mut Option<Coll>,
+    ) -> Value<'a> {
         match self {
             OwnedValue::Bucket(s) => Value::Bucket(*s),
             OwnedValue::Int(i) => Value::Int(*i),
@@ -232,6 +242,7 @@ impl OwnedValue {
             OwnedValue::Hash(pairs) => {
                 Value::Hash(Fields::pack(pairs.iter().map(|(f, v)| (f, v)), scratch))
             }
+            OwnedValue::Coll(c) => Value::Coll(coll.insert(Coll::from_owned(c))),
         }
     }
 }
@@ -268,6 +279,7 @@ const T_STR_EXP: u8 = 7; // expiry, len u32, bytes
 const T_ALIGNED: u8 = 8; // expiry, start, count
 const T_SEMAPHORE: u8 = 9; // expiry, next token, holders u32, room u32, room * 16 bytes
 const T_HASH: u8 = 10; // expiry, len u32, packed fields
+const T_COLL: u8 = 11; // expiry, collection number u32 (in the partition's `Colls`)
 const T_DEAD: u8 = 0xFF;
 
 #[inline]
@@ -333,6 +345,7 @@ pub(super) fn payload_len(a: &[u8], tag: u8, at: usize) -> usize {
         T_STR_EXP => 12 + rd32(a, at + 8) as usize,
         T_SEMAPHORE => 24 + rd32(a, at + 20) as usize * Holders::SIZE,
         T_HASH => 12 + rd32(a, at + 8) as usize,
+        T_COLL => 12,
         _ => 0,
     }
 }
@@ -370,8 +383,34 @@ pub(super) fn record_len(a: &[u8], off: usize) -> usize {
     l.tag_at + 1 - off + payload_len(a, tag, l.tag_at + 1)
 }
 
+/// The collection number of the record at `off`, if it holds a collection.
 #[inline]
-pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
+pub(super) fn coll_id(a: &[u8], off: usize) -> Option<u32> {
+    let l = layout(a, off);
+    (a[l.tag_at] == T_COLL).then(|| rd32(a, l.tag_at + 9))
+}
+
+/// The payload of a collection's record: its expiry and its number in the partition's `Colls`.
+#[inline]
+pub(super) fn encode_coll(id: u32, expires_at: u64, out: &mut Vec<u8>) {
+    out.push(T_COLL);
+    out.extend_from_slice(&expires_at.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+}
+
+/// Rewrites the expiry of a collection's record in place; false if it holds something else.
+#[inline]
+pub(super) fn set_coll_expiry(a: &mut [u8], off: usize, expires_at: u64) -> bool {
+    let l = layout(a, off);
+    if a[l.tag_at] != T_COLL {
+        return false;
+    }
+    a[l.tag_at + 1..l.tag_at + 9].copy_from_slice(&expires_at.to_le_bytes());
+    true
+}
+
+#[inline]
+pub(super) fn view<'a>(a: &'a [u8], colls: &'a Colls, off: usize) -> EntryView<'a> {
     let l = layout(a, off);
     let p = l.tag_at + 1;
     match a[l.tag_at] {
@@ -447,6 +486,16 @@ pub(super) fn view(a: &[u8], off: usize) -> EntryView<'_> {
                 expires_at: rd64(a, p),
             }
         }
+        T_COLL => match colls.get(rd32(a, p + 8)) {
+            Some(c) => EntryView {
+                value: Value::Coll(c),
+                expires_at: rd64(a, p),
+            },
+            None => EntryView {
+                value: Value::Int(0),
+                expires_at: 1,
+            },
+        },
         // Dead records are never reachable from the index; read as an expired counter.
         _ => EntryView {
             value: Value::Int(0),
@@ -534,6 +583,9 @@ pub(super) fn encode_payload(value: Value<'_>, expires_at: u64, room: usize, out
             out.extend_from_slice(&n.to_le_bytes());
             out.extend_from_slice(&bytes[..n as usize]);
         }
+        // The table stores a collection before encoding its record (`encode_coll`), so this
+        // is never reached; a record naming no collection reads as expired.
+        Value::Coll(_) => encode_coll(u32::MAX, 1, out),
     }
 }
 

@@ -3,9 +3,10 @@
 //! issues before it runs; the sweep that expires, compacts and shrinks one partition at a time;
 //! and the operations over every key (snapshot export and import, SCAN, clearing).
 
+use super::coll::{Coll, Colls};
 use super::record::{
-    EntryView, OwnedValue, Value, append, encode_payload, is_expired, key_header_len, key_of, kill,
-    layout, record_len, room_of, view,
+    EntryView, OwnedValue, Value, append, coll_id, encode_coll, encode_payload, is_expired,
+    key_header_len, key_of, kill, layout, record_len, room_of, set_coll_expiry, view,
 };
 use super::usage::{Caps, StoreFull, Usage};
 use super::{PARTITION_BITS, Record, SCAN_POSITION_BITS, ScanStep};
@@ -44,6 +45,8 @@ fn prefetch_read(p: *const u8) {
 pub(super) struct Partition {
     pub(super) index: HashTable<u32>,
     pub(super) arena: Vec<u8>,
+    /// The collections the partition's records name.
+    pub(super) colls: Colls,
     /// Bytes of dead records in the arena.
     dead: usize,
     /// Expiry bookkeeping for the sweep.
@@ -114,6 +117,7 @@ pub enum Slot<'a> {
 pub struct LiveEntry<'a> {
     entry: OccupiedEntry<'a, u32>,
     arena: &'a mut Vec<u8>,
+    colls: &'a mut Colls,
     dead: &'a mut usize,
     timing: &'a mut SweepTiming,
     usage: &'a mut Usage,
@@ -123,6 +127,7 @@ pub struct LiveEntry<'a> {
 pub struct EmptySlot<'a> {
     index: &'a mut HashTable<u32>,
     arena: &'a mut Vec<u8>,
+    colls: &'a mut Colls,
     timing: &'a mut SweepTiming,
     hasher: &'a ahash::RandomState,
     usage: &'a mut Usage,
@@ -133,16 +138,68 @@ pub struct EmptySlot<'a> {
 
 impl<'a> LiveEntry<'a> {
     pub fn get(&self) -> EntryView<'_> {
-        view(self.arena, *self.entry.get() as usize)
+        view(self.arena, self.colls, *self.entry.get() as usize)
+    }
+
+    /// The collection under the key, if it holds one.
+    pub fn coll(&self) -> Option<&Coll> {
+        self.colls.get(coll_id(self.arena, *self.entry.get() as usize)?)
+    }
+
+    /// Runs `f` on the collection under the key, in place, and accounts the change in its
+    /// size; None (and `f` not run) if the key holds something else. A command that empties
+    /// the collection removes the key afterwards, as Redis does.
+    pub fn coll_mut<R>(&mut self, f: impl FnOnce(&mut Coll) -> R) -> Option<R> {
+        let c = self
+            .colls
+            .get_mut(coll_id(self.arena, *self.entry.get() as usize)?)?;
+        let before = c.mem();
+        let r = f(c);
+        let after = c.mem();
+        if before != after {
+            self.usage.resize(before, after);
+            self.usage.caps.note_len(after);
+        }
+        Some(r)
     }
 
     /// Replaces the value and expiry: in place when the record keeps its size, otherwise as a
-    /// new record (the old one becomes dead space for the next compaction).
+    /// new record (the old one becomes dead space for the next compaction). A collection
+    /// given is copied in; one replaced is dropped.
     pub fn set(&mut self, value: Value<'_>, expires_at: u64) {
+        let new_coll = match value {
+            Value::Coll(c) => match self.colls.add(c.clone()) {
+                Some(id) => {
+                    self.usage.resize(0, c.mem());
+                    Some(id)
+                }
+                None => return,
+            },
+            _ => None,
+        };
+        self.replace(value, new_coll, expires_at);
+    }
+
+    /// Replaces the value with collection `c` (moved in) and the expiry.
+    pub fn set_coll(&mut self, c: Coll, expires_at: u64) {
+        let mem = c.mem();
+        if let Some(id) = self.colls.add(c) {
+            self.usage.resize(0, mem);
+            self.replace(Value::Int(0), Some(id), expires_at);
+        }
+    }
+
+    /// Writes the record for `value`, or for collection `coll` already stored under that
+    /// number, and drops the collection the record named before, if any.
+    fn replace(&mut self, value: Value<'_>, coll: Option<u32>, expires_at: u64) {
         self.timing.note(expires_at);
         self.usage.caps.note_value(&value);
         let off = *self.entry.get() as usize;
-        let had_expiry = view(self.arena, off).expires_at != 0;
+        if let Some(old) = coll_id(self.arena, off) {
+            let freed = self.colls.remove(old);
+            self.usage.resize(freed, 0);
+        }
+        let had_expiry = view(self.arena, self.colls, off).expires_at != 0;
         if had_expiry != (expires_at != 0) {
             if had_expiry {
                 self.usage.expires -= 1;
@@ -153,7 +210,10 @@ impl<'a> LiveEntry<'a> {
         let l = layout(self.arena, off);
         let old_len = record_len(self.arena, off);
         self.scratch.clear();
-        encode_payload(value, expires_at, room_of(self.arena, off), self.scratch);
+        match coll {
+            Some(id) => encode_coll(id, expires_at, self.scratch),
+            None => encode_payload(value, expires_at, room_of(self.arena, off), self.scratch),
+        }
         let head = l.tag_at - off;
         if head + self.scratch.len() == old_len {
             self.arena[l.tag_at..l.tag_at + self.scratch.len()].copy_from_slice(self.scratch);
@@ -171,18 +231,33 @@ impl<'a> LiveEntry<'a> {
         *self.entry.get_mut() = new_off;
     }
 
-    /// Changes only the expiry (counters, strings and hashes).
+    /// Changes only the expiry (counters, strings, hashes and collections).
     pub fn set_expiry(&mut self, expires_at: u64) {
+        let off = *self.entry.get() as usize;
+        let had_expiry = view(self.arena, self.colls, off).expires_at != 0;
+        if set_coll_expiry(self.arena, off, expires_at) {
+            self.timing.note(expires_at);
+            match (had_expiry, expires_at != 0) {
+                (true, false) => self.usage.expires -= 1,
+                (false, true) => self.usage.expires += 1,
+                _ => {}
+            }
+            return;
+        }
         // Copied out first: re-encoding writes the arena a string, semaphore or hash lives in.
         let detached = OwnedValue::from(self.get().value);
-        let mut scratch = Vec::new();
-        self.set(detached.as_value(&mut scratch), expires_at);
+        let (mut scratch, mut coll) = (Vec::new(), None);
+        self.set(detached.as_value(&mut scratch, &mut coll), expires_at);
     }
 
     pub fn remove(self) {
         let off = *self.entry.get() as usize;
-        if view(self.arena, off).expires_at != 0 {
+        if view(self.arena, self.colls, off).expires_at != 0 {
             self.usage.expires -= 1;
+        }
+        if let Some(id) = coll_id(self.arena, off) {
+            let freed = self.colls.remove(id);
+            self.usage.resize(freed, 0);
         }
         let len = kill(self.arena, self.dead, off);
         self.entry.remove();
@@ -191,18 +266,57 @@ impl<'a> LiveEntry<'a> {
 }
 
 impl<'a> EmptySlot<'a> {
-    /// Adds the key, unless a cap is reached.
+    /// Adds the key, unless a cap is reached. A collection given is copied in.
     pub fn insert(self, value: Value<'_>, expires_at: u64) -> Result<(), StoreFull> {
+        match value {
+            Value::Coll(c) => self.insert_coll(c.clone(), expires_at),
+            _ => self.insert_value(value, None, expires_at),
+        }
+    }
+
+    /// Adds the key holding collection `c` (moved in), unless a cap is reached.
+    pub fn insert_coll(self, c: Coll, expires_at: u64) -> Result<(), StoreFull> {
+        self.insert_value(Value::Int(0), Some(c), expires_at)
+    }
+
+    fn insert_value(
+        self,
+        value: Value<'_>,
+        coll: Option<Coll>,
+        expires_at: u64,
+    ) -> Result<(), StoreFull> {
         self.usage.caps.note_value(&value);
         self.scratch.clear();
-        encode_payload(value, expires_at, 0, self.scratch);
-        let cost =
-            key_header_len(self.key.len()) + self.key.len() + self.scratch.len() + INDEX_COST;
+        let coll_mem = coll.as_ref().map_or(0, Coll::mem);
+        match coll {
+            // The number is written once the key is admitted; its room is the same.
+            Some(_) => encode_coll(0, expires_at, self.scratch),
+            None => encode_payload(value, expires_at, 0, self.scratch),
+        }
+        let cost = key_header_len(self.key.len())
+            + self.key.len()
+            + self.scratch.len()
+            + INDEX_COST
+            + coll_mem;
         if !self.usage.add(cost) {
             return Err(StoreFull);
         }
+        let mut coll_at = None;
+        if let Some(c) = coll {
+            let Some(id) = self.colls.add(c) else {
+                self.usage.remove(cost);
+                self.usage.rejected_full += 1;
+                return Err(StoreFull);
+            };
+            coll_at = Some(id);
+            self.scratch.clear();
+            encode_coll(id, expires_at, self.scratch);
+        }
         self.timing.note(expires_at);
         let Some(off) = append(self.arena, self.key, self.scratch) else {
+            if let Some(id) = coll_at {
+                self.colls.remove(id);
+            }
             self.usage.remove(cost);
             self.usage.rejected_full += 1;
             return Err(StoreFull);
@@ -321,7 +435,7 @@ impl Store {
     ) {
         if let Some(p) = self.partitions.get(part) {
             for &o in p.index.iter() {
-                let v = view(&p.arena, o as usize);
+                let v = view(&p.arena, &p.colls, o as usize);
                 let key = key_of(&p.arena, o as usize);
                 if is_expired(v.expires_at, now) || !keep(key) {
                     continue;
@@ -350,7 +464,8 @@ impl Store {
         self.usage.admit_all = true;
         let mut holders = Vec::new();
         for r in records {
-            let value = r.value.as_value(&mut holders);
+            let mut coll = None;
+            let value = r.value.as_value(&mut holders, &mut coll);
             let _ = match self.slot(&r.key, 0) {
                 Slot::Live(mut l) => {
                     l.set(value, r.expires_at);
@@ -384,7 +499,7 @@ impl Store {
     pub fn for_each_key(&self, now: u64, mut f: impl FnMut(&[u8])) {
         for p in &self.partitions {
             for &o in p.index.iter() {
-                if !is_expired(view(&p.arena, o as usize).expires_at, now) {
+                if !is_expired(view(&p.arena, &p.colls, o as usize).expires_at, now) {
                     f(key_of(&p.arena, o as usize));
                 }
             }
@@ -441,7 +556,7 @@ impl Store {
             }
             examined += candidates.len();
             for &(_, o) in &candidates {
-                let v = view(&part.arena, o as usize);
+                let v = view(&part.arena, &part.colls, o as usize);
                 if !is_expired(v.expires_at, now) {
                     f(key_of(&part.arena, o as usize), v.value);
                 }
@@ -537,6 +652,7 @@ impl Store {
         let Partition {
             index,
             arena,
+            colls,
             dead,
             timing,
         } = &mut partitions[Self::partition_of(hash)];
@@ -544,19 +660,21 @@ impl Store {
         {
             Ok(occ) => {
                 let off = *occ.get() as usize;
-                if !is_expired(view(arena, off).expires_at, now) {
+                if !is_expired(view(arena, colls, off).expires_at, now) {
                     return Slot::Live(LiveEntry {
                         entry: occ,
                         arena,
+                        colls,
                         dead,
                         timing,
                         usage,
                         scratch,
                     });
                 }
+                let freed = coll_id(arena, off).map_or(0, |id| colls.remove(id));
                 let len = kill(arena, dead, off);
                 let (_, vacant) = occ.remove();
-                usage.remove(len + INDEX_COST);
+                usage.remove(len + INDEX_COST + freed);
                 usage.expires -= 1;
                 usage.expired += 1;
                 vacant.into_table()
@@ -566,6 +684,7 @@ impl Store {
         Slot::Empty(EmptySlot {
             index,
             arena,
+            colls,
             timing,
             hasher,
             usage,
@@ -582,7 +701,7 @@ impl Store {
         let off = *part.index.find(index_hash(hash), |&o| {
             key_of(&part.arena, o as usize) == key
         })?;
-        let v = view(&part.arena, off as usize);
+        let v = view(&part.arena, &part.colls, off as usize);
         (!is_expired(v.expires_at, now)).then_some(v)
     }
 
@@ -605,6 +724,7 @@ impl Store {
                 let Partition {
                     index,
                     arena,
+                    colls,
                     dead,
                     timing,
                 } = &mut *part;
@@ -612,10 +732,11 @@ impl Store {
                 let mut next = 0u64;
                 index.retain(|o| {
                     let off = *o as usize;
-                    let exp = view(arena, off).expires_at;
+                    let exp = view(arena, colls, off).expires_at;
                     if is_expired(exp, now) {
+                        let freed = coll_id(arena, off).map_or(0, |id| colls.remove(id));
                         let len = kill(arena, dead, off);
-                        usage.remove(len + INDEX_COST);
+                        usage.remove(len + INDEX_COST + freed);
                         usage.expires -= 1;
                         false
                     } else {
@@ -635,7 +756,7 @@ impl Store {
                 };
             }
             for &o in part.index.iter().take(TTL_SAMPLES_PER_PARTITION) {
-                let exp = view(&part.arena, o as usize).expires_at;
+                let exp = view(&part.arena, &part.colls, o as usize).expires_at;
                 if exp > now {
                     self.ttl_sample.0 += u128::from(exp - now);
                     self.ttl_sample.1 += 1;

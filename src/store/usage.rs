@@ -48,6 +48,14 @@ impl Caps {
         self.max_bytes.load(Ordering::Relaxed)
     }
 
+    /// True when a memory cap is set and the node's stores have reached it: a command that
+    /// can only grow memory (adding to a collection) is then refused with OOM, as Redis
+    /// refuses its `denyoom` commands over `maxmemory`.
+    pub fn memory_full(&self) -> bool {
+        let max = self.max_bytes();
+        max > 0 && self.bytes.load(Ordering::Relaxed) >= max
+    }
+
     /// The largest string or hash value stored so far (at least 4 KiB: smaller ones are not
     /// tracked).
     pub fn largest_value(&self) -> usize {
@@ -61,8 +69,15 @@ impl Caps {
         let len = match value {
             Value::Str(s) => s.len(),
             Value::Hash(h) => h.as_bytes().len(),
+            Value::Coll(c) => c.mem(),
             _ => return,
         };
+        self.note_len(len);
+    }
+
+    /// Raises the largest-value mark to `len` bytes (a collection that grew in place).
+    #[inline]
+    pub(super) fn note_len(&self, len: usize) {
         if len > 4096 {
             self.largest_value.fetch_max(len, Ordering::Relaxed);
         }
