@@ -24,7 +24,7 @@ mod table;
 mod usage;
 mod zset;
 
-pub use coll::Coll;
+pub(crate) use coll::Coll;
 pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub use table::{Slot, Store};
 pub(crate) use usage::{Caps, StoreFull};
