@@ -10,6 +10,7 @@
 //! only ever appended; none is removed, moved elsewhere, or reordered.
 
 use super::hashes::{self, HashOp};
+use super::keyspace::ObjectSub;
 use super::lists::{self, ListOp};
 use super::sets::{self, SetOp};
 use super::zsets::{self, ZOp};
@@ -343,6 +344,28 @@ pub enum KeyCmd {
         key: Bytes,
         op: SetOp,
     },
+    /// RENAME (`nx` false) and RENAMENX.
+    Rename {
+        #[serde(deserialize_with = "packed::bytes")]
+        from: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
+        to: Bytes,
+        nx: bool,
+    },
+    /// COPY (into database 0, the only one).
+    Copy {
+        #[serde(deserialize_with = "packed::bytes")]
+        from: Bytes,
+        #[serde(deserialize_with = "packed::bytes")]
+        to: Bytes,
+        replace: bool,
+    },
+    /// OBJECT ENCODING / REFCOUNT.
+    Object {
+        #[serde(deserialize_with = "packed::bytes")]
+        key: Bytes,
+        sub: ObjectSub,
+    },
 }
 
 /// A limit decision as it goes on the wire:
@@ -370,6 +393,7 @@ impl KeyCmd {
                 key
             }
             KeyCmd::Eval(e) => e.keys.first().map_or(&[][..], |k| k),
+            KeyCmd::Rename { from, .. } | KeyCmd::Copy { from, .. } => from,
             other => other.single_key().unwrap_or_default(),
         }
     }
@@ -398,7 +422,8 @@ impl KeyCmd {
             | KeyCmd::Hash { key, .. }
             | KeyCmd::ZSet { key, .. }
             | KeyCmd::List { key, .. }
-            | KeyCmd::Members { key, .. } => Some(key),
+            | KeyCmd::Members { key, .. }
+            | KeyCmd::Object { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -623,6 +648,9 @@ pub fn execute(store: &mut Store, cmd: &KeyCmd, now: u64, stats: &mut ExecStats)
         KeyCmd::ZSet { key, op } => zsets::execute(store, key, op, now),
         KeyCmd::List { key, op } => lists::execute(store, key, op, now),
         KeyCmd::Members { key, op } => sets::execute(store, key, op, now),
+        KeyCmd::Rename { from, to, nx } => keyspace::rename(store, None, from, to, *nx, now),
+        KeyCmd::Copy { from, to, replace } => keyspace::copy(store, None, from, to, *replace, now),
+        KeyCmd::Object { key, sub } => keyspace::object(store, key, *sub, now),
     }
 }
 

@@ -23,6 +23,7 @@
 //!
 //! Parsing checks arity and every argument, so shards only ever see well-formed work.
 pub(crate) mod acl;
+pub(crate) mod across;
 pub(crate) mod cell;
 pub(crate) mod cluster;
 pub(crate) mod concurrency;
@@ -49,18 +50,20 @@ pub(crate) mod zsets;
 // files: the log format and replies, the registry, the node commands' parsed forms, and the
 // script cache and engine.
 pub(crate) use acl::readonly_refusal;
+pub(crate) use across::{Stores, is_escalate, keys_of};
 pub(crate) use cluster::{BkCluster, ClusterCmd, ClusterSub, ClusterView};
 pub(crate) use connection::{ClientCmd, ClientKill, ClientList, ConnectionCmd, Hello, LibAttr};
 pub(crate) use keyed::{
-    CheckKind, ExecStats, KeyCmd, LimitReply, MAX_REPLY_BYTES, MISSING_REPLY, Reply, TOO_LARGE,
-    encode, execute, summarize,
+    CheckKind, ExecStats, KeyCmd, LimitReply, MISSING_REPLY, Reply, encode, execute, summarize,
 };
 #[cfg(test)]
 pub(crate) use keyed::{SetCond, SetExpiry};
 pub(crate) use packed::{commands, slicing};
 pub(crate) use rules::RuleCmd;
 pub(crate) use scan::ScanCmd;
-pub(crate) use script::{Eval, MAX_SCRIPT_BYTES, ScriptCache, ScriptCmd, check_compiles, sha1_hex};
+pub(crate) use script::{
+    Eval, MAX_SCRIPT_BYTES, ScriptCache, ScriptCmd, check_compiles, eval_in, sha1_hex,
+};
 pub(crate) use server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
 pub(crate) use table::{
     COMMANDS, CommandSpec, SUBCOMMANDS, index_of, lookup, write_docs, write_info,
@@ -98,6 +101,18 @@ pub enum NodeCmd {
 }
 
 pub enum MultiCmd {
+    /// RENAME / RENAMENX: source and destination.
+    Rename {
+        from: Bytes,
+        to: Bytes,
+        nx: bool,
+    },
+    /// COPY: source and destination.
+    Copy {
+        from: Bytes,
+        to: Bytes,
+        replace: bool,
+    },
     Del(Vec<Bytes>),
     Exists(Vec<Bytes>),
     MGet(Vec<Bytes>),
@@ -127,6 +142,8 @@ impl MultiCmd {
     /// The command a single shard runs when it owns every key.
     pub fn into_key_cmd(self) -> KeyCmd {
         match self {
+            MultiCmd::Rename { from, to, nx } => KeyCmd::Rename { from, to, nx },
+            MultiCmd::Copy { from, to, replace } => KeyCmd::Copy { from, to, replace },
             MultiCmd::Del(k) => KeyCmd::Del(k),
             MultiCmd::Exists(k) => KeyCmd::Exists(k),
             MultiCmd::MGet(k) => KeyCmd::MGet(k),
@@ -158,10 +175,14 @@ impl MultiCmd {
         }
     }
 
-    pub fn keys(&self) -> &[Bytes] {
+    pub fn keys(&self) -> std::borrow::Cow<'_, [Bytes]> {
+        use std::borrow::Cow;
         match self {
-            MultiCmd::Del(k) | MultiCmd::Exists(k) | MultiCmd::MGet(k) => k,
-            MultiCmd::MSet { keys, .. } | MultiCmd::CheckAll { keys, .. } => keys,
+            MultiCmd::Rename { from, to, .. } | MultiCmd::Copy { from, to, .. } => {
+                Cow::Owned(vec![from.clone(), to.clone()])
+            }
+            MultiCmd::Del(k) | MultiCmd::Exists(k) | MultiCmd::MGet(k) => Cow::Borrowed(k),
+            MultiCmd::MSet { keys, .. } | MultiCmd::CheckAll { keys, .. } => Cow::Borrowed(keys),
         }
     }
 }

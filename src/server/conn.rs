@@ -18,6 +18,7 @@
 //!   growth passes it is closed.
 
 use super::commands;
+use super::cross;
 use super::named::{self, Decided, Named, named_rules};
 use super::round::{KEEP_REQS, REPLY_BUDGET, Round};
 use super::scatter;
@@ -55,8 +56,6 @@ const EVICT_FLOOR: usize = 256 * 1024;
 
 const WATCH_UNSUPPORTED: &str = "ERR WATCH is not supported: a MULTI/EXEC on one slot already runs atomically on the shard that owns it";
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
-const SCRIPT_SHARDS: &str =
-    "ERR a script's keys must live on one shard: give them a common hash tag, such as {user42}";
 
 /// Why a connection stops serving.
 pub(super) enum Stop {
@@ -81,7 +80,6 @@ impl From<std::io::Error> for Stop {
 enum EvalRefused {
     NoScript,
     CrossSlot,
-    CrossShard,
 }
 
 impl EvalRefused {
@@ -89,7 +87,6 @@ impl EvalRefused {
         match self {
             EvalRefused::NoScript => NOSCRIPT,
             EvalRefused::CrossSlot => CROSSSLOT,
-            EvalRefused::CrossShard => SCRIPT_SHARDS,
         }
     }
 }
@@ -403,10 +400,12 @@ impl Conn {
             let wire_len = req.wire_len();
             let named = named_rules(&req);
             let mut parsed = cmd::parse(req, &rules);
-            if let Ok(Parsed::Keyed(KeyCmd::Eval(e))) = &mut parsed
-                && let Err(why) = self.prepare_eval(e)
-            {
-                parsed = Err(ParseError::Arg(ArgError::Msg(why.message().into())));
+            let mut across = None;
+            if let Ok(Parsed::Keyed(KeyCmd::Eval(e))) = &mut parsed {
+                match self.prepare_eval(e) {
+                    Err(why) => parsed = Err(ParseError::Arg(ArgError::Msg(why.message().into()))),
+                    Ok(span) => across = span,
+                }
             }
             if is_exec && let Err(e) = &parsed {
                 self.refuse(true, &e.message());
@@ -418,6 +417,10 @@ impl Conn {
             }
             match parsed {
                 Err(e) => self.local_error(&e.message()),
+                Ok(Parsed::Keyed(cmd)) if across.is_some() => {
+                    let span = across.unwrap_or(cross::Span::Every);
+                    self.run_across(span, cmd).await?;
+                }
                 Ok(Parsed::Keyed(cmd)) => {
                     self.round.tag_named(named);
                     let slot = self.slot_of(cmd.route_key());
@@ -470,6 +473,11 @@ impl Conn {
             self.local_error(CROSSSLOT);
             return Ok(());
         }
+        if !m.is_check() {
+            // As on a standalone Redis: atomic and isolated, whichever shards own the keys.
+            let span = cross::Span::Some(m.keys().iter().map(|k| node.shard_of(k)).collect());
+            return self.run_across(span, m.into_key_cmd()).await;
+        }
         self.flush().await?;
         self.round.checks += u64::from(m.is_check());
         let mut reply = scatter::cross_shard(&self.ses, m).await?;
@@ -493,7 +501,7 @@ impl Conn {
     fn transaction_cmd(&mut self, t: TxnCmd) {
         match t {
             TxnCmd::Multi => {
-                self.txn = Some(Txn::default());
+                self.txn = Some(Txn::new(self.ses.node.cluster().is_none()));
                 self.local_reply(|w| w.ok());
             }
             TxnCmd::Exec => self.local_error("ERR EXEC without MULTI"),
@@ -504,30 +512,31 @@ impl Conn {
         }
     }
 
+    /// Runs one command over the keys of several shards of a standalone node, after the
+    /// round so far, and writes its reply.
+    async fn run_across(&mut self, span: cross::Span, cmd: KeyCmd) -> Result<(), Stop> {
+        self.flush().await?;
+        let reply = cross::run(&self.ses, span, vec![cmd]).await?;
+        let r = reply
+            .into_iter()
+            .next()
+            .unwrap_or(Reply::err(MISSING_REPLY));
+        encode(&mut ReplyWriter::new(&mut self.out, self.ses.resp3), &r);
+        Ok(())
+    }
+
     /// Readies a script to run: finds an EVALSHA's text in the node's cache (and keeps an
     /// EVAL's, as Redis does), and checks its keys can be run on together: one slot in a
-    /// cluster, one shard on a standalone node.
-    fn prepare_eval(&self, e: &mut Eval) -> Result<(), EvalRefused> {
+    /// cluster. On a standalone node whose shards share its keys, the script runs over all
+    /// of them together (the shards it answers).
+    fn prepare_eval(&self, e: &mut Eval) -> Result<Option<cross::Span>, EvalRefused> {
         let node = &self.ses.node;
         if e.body.is_empty() {
             e.body = node.scripts.get(&e.sha).ok_or(EvalRefused::NoScript)?;
         } else {
             node.scripts.insert(e.sha.clone(), e.body.clone());
         }
-        let Some(first) = e.keys.first() else {
-            return Ok(());
-        };
-        if node.cluster().is_some() {
-            if common_slot(e.keys.iter().map(|k| &k[..])).is_none() {
-                return Err(EvalRefused::CrossSlot);
-            }
-        } else {
-            let shard = node.shard_of(first);
-            if !e.keys.iter().all(|k| node.shard_of(k) == shard) {
-                return Err(EvalRefused::CrossShard);
-            }
-        }
-        Ok(())
+        cross::script_span(node, &e.keys).ok_or(EvalRefused::CrossSlot)
     }
 
     /// Runs a command the node answers itself, in order with the round's other replies.
@@ -712,8 +721,11 @@ impl Conn {
         // The QUEUED replies and everything before them go first.
         self.flush().await?;
         let (slot, keyed, order) = txn.into_parts();
+        let span = cross::exec_span(&self.ses.node, &keyed);
         let mut replies = if keyed.is_empty() {
             Vec::new().into_iter()
+        } else if let Some(span) = span {
+            cross::run(&self.ses, span, keyed).await?.into_iter()
         } else {
             let slots = vec![slot; keyed.len()];
             let owner = self.ses.node.slot_owner(slot);

@@ -9,7 +9,7 @@ use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::error::StartError;
 use crate::rules::RuleStore;
-use crate::shard::{self, ShardCore, ShardHandle, ShardInbox, Transport};
+use crate::shard::{self, Placement, ShardCore, ShardHandle, ShardInbox, Transport};
 use crate::shutdown::{Shutdown, Trigger};
 use crate::store::{Caps, Store};
 use std::collections::BTreeMap;
@@ -144,6 +144,7 @@ pub(crate) fn start_shards(
         last_trim_ms: AtomicU64::new(0),
         tls_acceptor: listeners.tls.as_ref().map(|(_, _, a)| a.clone()),
         scripts: Arc::default(),
+        cross_locks: (0..n).map(|_| tokio::sync::Mutex::new(())).collect(),
     });
     let mut threads = Vec::with_capacity(n);
     let mut runtimes = Vec::with_capacity(n);
@@ -190,7 +191,12 @@ fn spawn_shard(
         .spawn(move || {
             let stats = node.shards[id].stats.clone();
             crate::protocol::count_errors_in(stats.errors.clone());
-            let core = ShardCore::new(id, Store::with_caps(caps), node.clock.clone(), stats);
+            let mut core = ShardCore::new(id, Store::with_caps(caps), node.clock.clone(), stats);
+            core.set_placement(match (&node.settings.cluster, node.shards.len()) {
+                (Some(_), _) => Placement::Cluster,
+                (None, 1) => Placement::Alone,
+                (None, _) => Placement::Shards(node.slot_shard.clone().into()),
+            });
             let shutdown = node.shutdown.clone();
             shard::run(
                 core,

@@ -7,13 +7,14 @@
 //! delivered, runs the commands its own shard owns inline, sends every other shard one batch
 //! with its share, and writes all replies back, in request order, with one write. Commands
 //! that change how later replies are encoded (HELLO), that gate later commands (AUTH), or
-//! that span shards (`scatter`) act as barriers: the round so far is flushed first, so order
+//! that span shards (`scatter`, `cross`) act as barriers: the round so far is flushed first, so order
 //! is kept. The shards run their own loops (`crate::shard`).
 
 mod accept;
 mod acl;
 mod commands;
 mod conn;
+mod cross;
 pub(crate) mod info;
 mod launch;
 pub(crate) mod limit_set;

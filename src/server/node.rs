@@ -122,6 +122,9 @@ pub struct Node {
     pub(super) tls_acceptor: Option<tokio_rustls::TlsAcceptor>,
     /// The Lua scripts this node knows, for EVALSHA.
     pub(crate) scripts: Arc<crate::cmd::ScriptCache>,
+    /// One lock per shard, taken in shard order by a command over the keys of several
+    /// shards of a standalone node (`cross`).
+    pub(super) cross_locks: Vec<tokio::sync::Mutex<()>>,
 }
 
 impl Node {

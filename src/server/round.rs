@@ -167,18 +167,56 @@ impl Round {
             }
         }
         let mine = ses.my_shard;
+        let mut escalated = Vec::new();
         if !self.queued[mine].is_empty() && f.replies[mine].len() == 0 {
             let batch = take_sized(&mut self.queued[mine]);
             let outcome = ses.core.borrow_mut().run(batch, &self.slots[mine], budget);
             match outcome {
-                Outcome::Ready(a) => self.take_answer(mine, a, f),
+                Outcome::Ready(a) => {
+                    if a.escalate {
+                        escalated.push(mine);
+                    }
+                    self.take_answer(mine, a, f);
+                }
                 Outcome::Later(rx) => waits.push((mine, rx)),
             }
         }
         for (s, rx) in waits {
             let a = rx.await.map_err(|_| ShardGone)?;
+            if a.escalate {
+                escalated.push(s);
+            }
             self.take_answer(s, a, f);
         }
+        for s in escalated {
+            self.run_escalated(ses, s, f).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs the script a shard stopped at, because it reached keys of other shards, again
+    /// over every shard; its reply follows the shard's others, and the shard's commands after
+    /// it are sent on the next pass.
+    async fn run_escalated(
+        &mut self,
+        ses: &Session,
+        s: usize,
+        f: &mut Flush,
+    ) -> Result<(), ShardGone> {
+        if self.queued[s].is_empty() {
+            return Ok(());
+        }
+        let script = self.queued[s].remove(0);
+        if !self.slots[s].is_empty() {
+            self.slots[s].remove(0);
+        }
+        let reply = super::cross::run(ses, super::cross::Span::Every, vec![script])
+            .await?
+            .pop()
+            .unwrap_or(Reply::err(MISSING_REPLY));
+        let mut replies: Vec<Reply> = std::mem::take(&mut f.replies[s]).collect();
+        replies.push(reply);
+        f.replies[s] = replies.into_iter();
         Ok(())
     }
 
@@ -272,6 +310,7 @@ fn returns_stored_value(cmd: &KeyCmd) -> bool {
         KeyCmd::ZSet { op, .. } => op.returns_values(),
         KeyCmd::List { op, .. } => op.returns_values(),
         KeyCmd::Members { op, .. } => op.returns_values(),
+        KeyCmd::Rename { .. } | KeyCmd::Copy { .. } | KeyCmd::Object { .. } => false,
         KeyCmd::IncrBy { .. }
         | KeyCmd::Expire { .. }
         | KeyCmd::Persist(_)

@@ -19,8 +19,10 @@ pub(super) struct Txn {
     bytes: usize,
     /// A queued command was refused: EXEC aborts.
     pub(super) dirty: bool,
-    /// The slot every keyed command must share.
+    /// The slot every keyed command must share (in a cluster).
     slot: Option<u16>,
+    /// On a standalone node keys may be anywhere: EXEC runs over every shard they are on.
+    standalone: bool,
 }
 
 enum TxnItem {
@@ -41,6 +43,13 @@ pub(super) fn common_slot<'a>(mut keys: impl Iterator<Item = &'a [u8]>) -> Optio
 }
 
 impl Txn {
+    pub(super) fn new(standalone: bool) -> Txn {
+        Txn {
+            standalone,
+            ..Txn::default()
+        }
+    }
+
     /// Queues a key command; refused (and the transaction doomed) when its slot is not the
     /// transaction's, or the transaction would pass `limit` bytes.
     pub(super) fn queue_key(
@@ -62,7 +71,11 @@ impl Txn {
         wire_len: usize,
         limit: usize,
     ) -> Result<(), &'static str> {
-        self.use_slot(common_slot(m.keys().iter().map(|k| &k[..])))?;
+        let slot = match self.standalone {
+            true => m.keys().first().map(|k| crate::slot::key_slot(k)),
+            false => common_slot(m.keys().iter().map(|k| &k[..])),
+        };
+        self.use_slot(slot)?;
         self.push(TxnItem::Key(m.into_key_cmd(), named), wire_len, limit)
     }
 
@@ -80,6 +93,12 @@ impl Txn {
     /// Whether a command in `slot` (None: keys in several slots) may join: the first key
     /// command fixes the transaction's slot.
     fn use_slot(&mut self, slot: Option<u16>) -> Result<(), &'static str> {
+        if self.standalone {
+            if self.slot.is_none() {
+                self.slot = slot;
+            }
+            return Ok(());
+        }
         match slot {
             Some(slot) if *self.slot.get_or_insert(slot) == slot => Ok(()),
             _ => {

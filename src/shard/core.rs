@@ -1,10 +1,10 @@
 //! A shard's own state: its keys and its clock. Applies key commands (a connection's, another
 //! shard's, or committed log entries), within a reply budget, and expires keys.
 
-use super::msg::Answer;
+use super::msg::{Answer, Lent};
 use super::stats::ShardStats;
 use crate::clock::Clock;
-use crate::cmd::{ExecStats, KeyCmd, Reply, execute};
+use crate::cmd::{ExecStats, KeyCmd, Reply, Stores, eval_in, execute, is_escalate};
 use crate::slot::key_slot;
 use crate::store::{Record, Store};
 use std::cell::RefCell;
@@ -57,6 +57,21 @@ pub struct ShardCore {
     last_trim: std::time::Instant,
     /// In a cluster: gathers key commands into log entries of the groups this shard owns.
     pub proposer: Option<super::proposer::Proposer>,
+    /// How the node's keys are placed, which decides what a script may reach.
+    placement: Placement,
+}
+
+/// How a node places its keys on shards, as far as a script is concerned.
+#[derive(Clone)]
+pub enum Placement {
+    /// A standalone node of one shard: a script reaches every key.
+    Alone,
+    /// A standalone node of several shards, with the shard that owns each hash slot: a
+    /// script reaches this shard's keys, and runs again with every shard held when it
+    /// needs more.
+    Shards(Arc<[u16]>),
+    /// A cluster node: a script reaches the keys it declares, all in one slot.
+    Cluster,
 }
 
 /// Batches at least this long look their keys up ahead (see `ShardCore::prefetch`), and at
@@ -115,7 +130,82 @@ impl ShardCore {
             bytes_at_trim: 0,
             last_trim: std::time::Instant::now(),
             proposer: None,
+            placement: Placement::Cluster,
         }
+    }
+
+    /// Says how the node places its keys (a cluster's, until told otherwise).
+    pub fn set_placement(&mut self, placement: Placement) {
+        self.placement = placement;
+    }
+
+    /// Runs one command at `now`. A script reaches the keys its node's placement allows.
+    fn execute_one(&mut self, cmd: &KeyCmd, now: u64, st: &mut ExecStats) -> Reply {
+        let KeyCmd::Eval(e) = cmd else {
+            return execute(&mut self.store, cmd, now, st);
+        };
+        match &self.placement {
+            Placement::Cluster => execute(&mut self.store, cmd, now, st),
+            Placement::Alone => eval_in(&mut Stores::one(&mut self.store, false), e, now, st),
+            Placement::Shards(map) => {
+                let map = map.clone();
+                let mut stores = Stores::held(vec![(self.id, &mut self.store)], &map, false);
+                eval_in(&mut stores, e, now, st)
+            }
+        }
+    }
+
+    /// Runs `cmds` in order over this shard's store and the stores `lent` by other shards
+    /// (every shard of the node when `every`), as one step nothing else interleaves with: the
+    /// lenders wait, and this runs without yielding. Standalone nodes only.
+    pub fn run_across(&mut self, lent: &mut [Lent], every: bool, cmds: &[KeyCmd]) -> Vec<Reply> {
+        let Placement::Shards(map) = self.placement.clone() else {
+            return vec![
+                Reply::err(
+                    "ERR the keys of several shards are reached only on a standalone node"
+                );
+                cmds.len()
+            ];
+        };
+        let now = self.now();
+        let mut st = ExecStats::default();
+        let mut held = vec![(self.id, &mut self.store)];
+        for l in lent.iter_mut() {
+            let shard = l.shard;
+            if let Some(s) = l.store() {
+                held.push((shard, s));
+            }
+        }
+        let mut stores = Stores::held(held, &map, every);
+        let mut replies = Vec::with_capacity(cmds.len());
+        for c in cmds {
+            replies.push(match c {
+                KeyCmd::Eval(e) => {
+                    stores.wrote = false;
+                    eval_in(&mut stores, e, now, &mut st)
+                }
+                other => stores.run(other, now, &mut st),
+            });
+        }
+        drop(stores);
+        let s = &self.stats;
+        s.commands.fetch_add(cmds.len() as u64, Ordering::Relaxed);
+        if st.checks > 0 {
+            s.checks.fetch_add(st.checks, Ordering::Relaxed);
+            s.denied.fetch_add(st.denied, Ordering::Relaxed);
+        }
+        self.stats.metrics.count(&st);
+        replies
+    }
+
+    /// Takes the store out to lend it (`Lent`), leaving an empty one in its place until
+    /// `restore`.
+    pub(super) fn take_store(&mut self) -> crate::store::Store {
+        std::mem::replace(&mut self.store, crate::store::Store::new(0, 0))
+    }
+
+    pub(super) fn restore(&mut self, store: crate::store::Store) {
+        self.store = store;
     }
 
     /// The shard's notion of now: the injected clock, never running backward.
@@ -128,10 +218,14 @@ impl ShardCore {
     /// Applies commands at one instant, calling `each` with every reply in order.
     pub fn apply(&mut self, cmds: impl IntoIterator<Item = KeyCmd>, mut each: impl FnMut(Reply)) {
         let now = self.now();
-        let st = self.apply_at_time(now, &mut cmds.into_iter(), |r| {
+        let (st, escalated) = self.apply_at_time(now, &mut cmds.into_iter(), |r| {
             each(r);
             true
         });
+        // Only a standalone node's script escalates; a whole batch run here has none.
+        if escalated.is_some() {
+            each(Reply::err(crate::cmd::MISSING_REPLY));
+        }
         self.stats.metrics.count(&st);
     }
 
@@ -156,12 +250,18 @@ impl ShardCore {
         now: u64,
         cmds: &mut impl Iterator<Item = C>,
         mut each: impl FnMut(Reply) -> bool,
-    ) -> ExecStats {
+    ) -> (ExecStats, Option<C>) {
         let mut st = ExecStats::default();
         let mut n = 0u64;
+        let mut escalated = None;
         for c in cmds {
             n += 1;
-            if !each(execute(&mut self.store, c.borrow(), now, &mut st)) {
+            let r = self.execute_one(c.borrow(), now, &mut st);
+            if is_escalate(&r) {
+                escalated = Some(c);
+                break;
+            }
+            if !each(r) {
                 break;
             }
         }
@@ -171,7 +271,7 @@ impl ShardCore {
             s.checks.fetch_add(st.checks, Ordering::Relaxed);
             s.denied.fetch_add(st.denied, Ordering::Relaxed);
         }
-        st
+        (st, escalated)
     }
 
     /// Applies committed Raft entries, each at its own time. The entries this shard
@@ -183,7 +283,7 @@ impl ShardCore {
             // A replica's copy of another node's entry: nobody reads its replies.
             let keep = b.wanted || self.proposer.as_ref().is_some_and(|p| p.proposed(b.origin));
             let mut out = Vec::with_capacity(if keep { b.cmds.len() } else { 0 });
-            let st = self.apply_at_time(b.now, &mut b.cmds.iter(), |r| {
+            let (st, _) = self.apply_at_time(b.now, &mut b.cmds.iter(), |r| {
                 if keep {
                     out.push(r);
                 }
@@ -274,16 +374,18 @@ impl ShardCore {
         let mut replies = Vec::with_capacity(cmds.len());
         let mut used = 0usize;
         let mut it = cmds.into_iter();
-        let st = self.apply_at_time(now, &mut it, |r| {
+        let (st, escalated) = self.apply_at_time(now, &mut it, |r| {
             used = used.saturating_add(reply_bytes(&r));
             replies.push(r);
             used < budget
         });
         self.stats.metrics.count(&st);
+        let escalate = escalated.is_some();
         Answer {
             replies,
-            rest: it.collect(),
+            rest: escalated.into_iter().chain(it).collect(),
             refused: None,
+            escalate,
         }
     }
 

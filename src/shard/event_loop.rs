@@ -106,6 +106,18 @@ pub(crate) fn run<A, F>(
                         conns.spawn_local(serve);
                     }
                 }
+                ShardMsg::Lend { reply } => {
+                    let (back, comes_back) = crossbeam_channel::bounded(1);
+                    let store = core.borrow_mut().take_store();
+                    let id = core.borrow().id;
+                    // Refused (the borrower is gone), the `Lent` drops and sends it back.
+                    let _ = reply.send(super::msg::Lent::new(id, store, back));
+                    // Nothing else runs on this shard until the store is back: that is what
+                    // makes the borrower's command atomic and isolated here.
+                    if let Ok(store) = comes_back.recv() {
+                        core.borrow_mut().restore(store);
+                    }
+                }
                 ShardMsg::SyncCaps { reply } => {
                     core.borrow_mut().store.sync_caps();
                     let _ = reply.send(());

@@ -66,6 +66,12 @@ pub enum ShardMsg {
     },
     /// A new client connection to serve on this shard, from the plain or the TLS port.
     Accept(std::net::TcpStream, Transport),
+    /// Lends the shard's store to a connection that runs a command over the keys of several
+    /// shards of a standalone node: the shard sends it and waits, doing nothing else, until
+    /// the `Lent` is dropped and the store comes back.
+    Lend {
+        reply: oneshot::Sender<Lent>,
+    },
     /// The node's caps were switched on or off: start or stop counting this shard's keys in
     /// them now, before the reply, so the change is in force on every shard once all replied.
     SyncCaps {
@@ -83,6 +89,45 @@ pub struct Answer {
     /// In a cluster: why a group refused the batch (every command of that group's share
     /// answered with this error).
     pub refused: Option<String>,
+    /// The first command of `rest` is a script that reached keys of other shards before it
+    /// wrote anything: it runs again with every shard held.
+    pub escalate: bool,
+}
+
+/// A shard's store, lent to the connection that holds it for one command over several
+/// shards. The shard that lent it waits for it; dropping this sends it back, however the
+/// borrower ends.
+pub struct Lent {
+    pub shard: usize,
+    store: Option<crate::store::Store>,
+    back: crossbeam_channel::Sender<crate::store::Store>,
+}
+
+impl Lent {
+    pub(super) fn new(
+        shard: usize,
+        store: crate::store::Store,
+        back: crossbeam_channel::Sender<crate::store::Store>,
+    ) -> Lent {
+        Lent {
+            shard,
+            store: Some(store),
+            back,
+        }
+    }
+
+    pub fn store(&mut self) -> Option<&mut crate::store::Store> {
+        self.store.as_mut()
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(store) = self.store.take() {
+            // The lender waits on the other end for as long as this lives.
+            let _ = self.back.send(store);
+        }
+    }
 }
 
 /// The sending side of a shard, shared by every thread.

@@ -373,6 +373,7 @@ fn finish_one(batch: &BatchRef, refused: Option<&str>) {
         && let Some(tx) = b.reply.take()
     {
         let _ = tx.send(Answer {
+            escalate: false,
             replies: std::mem::take(&mut b.replies),
             rest: Vec::new(),
             refused: b.refused.take(),

@@ -42,6 +42,17 @@ async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_i
             seen.push(decision(&r));
         }
         assert_eq!(seen, vec![(1, 2), (1, 1), (1, 0), (0, 0), (0, 0)]);
+        // As in Redis Cluster, a script reaches only the keys it declares.
+        let (r, _) = client
+            .call(
+                &["EVAL", "return redis.call('GET', 'other')", "1", KEY],
+                SERVE,
+            )
+            .await;
+        assert!(
+            matches!(&r, Resp::Error(e) if e.contains("not declared in KEYS")),
+            "{r:?}"
+        );
         // Every replica ran the same script at the same entry times: the same hash.
         let want = c.local(leader, &["HGETALL", KEY]).await;
         for id in c.ids() {

@@ -1,6 +1,7 @@
 //! The Lua engine: each shard thread's interpreter, the scripts it has compiled, and the run
 //! of one script against the shard's store, with its error reply in Redis 7's words.
 
+use super::super::across::{ESCALATE, Stores};
 use super::super::keyed::{ExecStats, Reply};
 use super::convert::{c_int, format_g, lua_to_reply};
 use super::lua_api::{
@@ -263,8 +264,17 @@ fn lua_message(e: &mlua::Error) -> String {
     }
 }
 
-/// Runs a script on this shard's store, at `now`.
+/// Runs a script on a cluster group's store, at `now` (its declared keys only).
 pub(crate) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats) -> Reply {
+    eval_in(&mut Stores::one(store, true), e, now, stats)
+}
+
+/// Runs a script on the stores it may reach, at `now`. A script that reaches a shard not
+/// held before it has written anything answers `ESCALATE`: run it again with every shard.
+pub(crate) fn eval_in(stores: &mut Stores<'_>, e: &Eval, now: u64, stats: &mut ExecStats) -> Reply {
+    // The lifetime is erased for the call state; the pointer lives only while this runs.
+    let stores: *mut Stores<'_> = stores;
+    let stores = stores.cast::<Stores<'static>>();
     let result = with_engine(|engine| {
         let f = engine.function(&e.sha, &e.body)?;
         engine.error_line.set(None);
@@ -272,9 +282,10 @@ pub(crate) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
         CALLS.with(|c| {
             c.budget.set(MAX_INSTRUCTIONS);
             c.stopped.set(false);
+            c.escalate.set(false);
             *c.raised.borrow_mut() = None;
             c.running.set(Some(Running {
-                store,
+                stores,
                 stats,
                 eval: e,
                 now,
@@ -297,6 +308,9 @@ pub(crate) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
             })
         };
         drop(guard);
+        if CALLS.with(|c| c.escalate.get()) {
+            return Ok(Reply::Error(Cow::Borrowed(ESCALATE)));
+        }
         let failure = match out {
             Ok((true, v)) => return Ok(lua_to_reply(&v, 0)),
             Ok((false, v)) => {

@@ -2,14 +2,15 @@
 //! script costs about what it costs Redis), the state they reach while a script runs, its
 //! instruction budget, and the errors libraries raise as Redis raises them.
 
-use super::super::Parsed;
-use super::super::keyed::{ExecStats, KeyCmd, Reply, encode, execute};
+use super::super::across::{ESCALATE, NEEDS_NODE, Stores, is_escalate};
+use super::super::keyed::{ExecStats, KeyCmd, Reply, encode};
+use super::super::server::ServerCmd;
 use super::super::table::{Flags, lookup};
+use super::super::{NodeCmd, Parsed};
 use super::Eval;
 use super::convert::{push_resp, write_g};
 use crate::protocol::{ReplyWriter, Request};
 use crate::rules::RuleSet;
-use crate::store::Store;
 use bytes::Bytes;
 use mlua::Lua;
 use std::cell::{Cell, RefCell};
@@ -30,6 +31,9 @@ pub(super) struct CallState {
     pub(super) budget: Cell<u64>,
     /// Set once the running script has been stopped: nothing in it may catch that.
     pub(super) stopped: Cell<bool>,
+    /// Set when the script was stopped because it reached keys of a shard not held, before
+    /// writing anything: it is run again with every shard held.
+    pub(super) escalate: Cell<bool>,
     /// What the commands work on.
     pub(super) running: Cell<Option<Running>>,
     /// The reply, or the error's text, that a call is handing to Lua. It lives here rather
@@ -45,6 +49,7 @@ thread_local! {
         CallState {
             budget: Cell::new(0),
             stopped: Cell::new(false),
+            escalate: Cell::new(false),
             running: Cell::new(None),
             out: std::cell::UnsafeCell::new(Vec::new()),
             raised: RefCell::new(None),
@@ -56,7 +61,8 @@ thread_local! {
 /// only (see `RunningGuard`). They are created once per interpreter, not once per script.
 #[derive(Clone, Copy)]
 pub(super) struct Running {
-    pub(super) store: *mut Store,
+    /// The stores the script reaches (lifetime erased: valid while the script runs).
+    pub(super) stores: *mut Stores<'static>,
     pub(super) stats: *mut ExecStats,
     pub(super) eval: *const Eval,
     pub(super) now: u64,
@@ -223,9 +229,15 @@ unsafe fn call_from_lua(state: *mut mlua::lua_State) -> Outcome {
             // script cannot run another one (EVAL from a script is refused), so these are the
             // only references while they live.
             (Some(r), Ok(req)) => unsafe {
-                call_command(&mut *r.store, &mut *r.stats, &*r.eval, req, r.now)
+                call_command(&mut *r.stores, &mut *r.stats, &*r.eval, req, r.now)
             },
         };
+        if is_escalate(&reply) {
+            c.stopped.set(true);
+            c.escalate.set(true);
+            out.extend_from_slice(ESCALATE.as_bytes());
+            return Outcome::Stop;
+        }
         match reply {
             Reply::Error(msg) => {
                 out.extend_from_slice(msg.as_bytes());
@@ -313,9 +325,10 @@ pub(super) fn script_line(lua: &Lua) -> Option<usize> {
     (1..64).find_map(|level| user_script_line(lua, level))
 }
 
-/// Runs one command for a script, on the script's own keys only.
+/// Runs one command for a script. In a cluster, on the script's own keys only; on a standalone
+/// node, on any key, and KEYS and DBSIZE over the whole keyspace, as Redis allows.
 fn call_command(
-    store: &mut Store,
+    stores: &mut Stores<'_>,
     stats: &mut ExecStats,
     e: &Eval,
     req: Request,
@@ -337,34 +350,51 @@ fn call_command(
     // Commands from scripts take inline limits only (no named rules), as they parse the same on
     // every replica; an empty set built once, not a hash map seeded per call.
     static NO_RULES: std::sync::OnceLock<RuleSet> = std::sync::OnceLock::new();
+    let declared_only = stores.declared_only();
     let cmd = match super::super::parse(req, NO_RULES.get_or_init(RuleSet::default)) {
         Err(err) => return Reply::Error(err.message().into()),
         Ok(Parsed::Keyed(cmd)) => {
             if matches!(cmd, KeyCmd::Eval(_)) {
                 return Reply::err("ERR This Redis command is not allowed from script");
             }
-            if !e.keys.iter().any(|k| k[..] == *cmd.route_key()) {
+            if declared_only && !e.keys.iter().any(|k| k[..] == *cmd.route_key()) {
                 return undeclared();
             }
             cmd
         }
         Ok(Parsed::Multi(m)) => {
-            if !m.keys().iter().all(|k| e.keys.contains(k)) {
+            if declared_only && !m.keys().iter().all(|k| e.keys.contains(k)) {
                 return undeclared();
             }
             m.into_key_cmd()
+        }
+        // The keyspace as a whole, which a standalone node's script may read.
+        Ok(Parsed::Node(_, Ok(NodeCmd::Server(ServerCmd::Keys(pattern))))) if !declared_only => {
+            KeyCmd::Keys(pattern)
+        }
+        Ok(Parsed::Node(_, Ok(NodeCmd::Server(ServerCmd::DbSize)))) if !declared_only => {
+            KeyCmd::DbSize
         }
         Ok(Parsed::Node(..)) => {
             return Reply::err("ERR This Redis command is not allowed from script");
         }
     };
-    if matches!(
-        cmd,
-        KeyCmd::DbSize | KeyCmd::FlushAll | KeyCmd::Keys(_) | KeyCmd::Scan { .. }
-    ) {
+    if declared_only
+        && matches!(
+            cmd,
+            KeyCmd::DbSize | KeyCmd::FlushAll | KeyCmd::Keys(_) | KeyCmd::Scan { .. }
+        )
+    {
         return Reply::err("ERR This Redis command is not allowed from script");
     }
-    execute(store, &cmd, now, stats)
+    let reply = stores.run(&cmd, now, stats);
+    if is_escalate(&reply) && stores.wrote {
+        return Reply::err(NEEDS_NODE);
+    }
+    if spec.props.contains(Flags::WRITE) {
+        stores.wrote = true;
+    }
+    reply
 }
 
 fn undeclared() -> Reply {

@@ -25,7 +25,7 @@ mod convert;
 mod engine;
 mod lua_api;
 
-pub(crate) use engine::{check_compiles, eval};
+pub(crate) use engine::{check_compiles, eval, eval_in};
 
 use super::keyed::KeyCmd;
 use super::table::{CommandSpec, Parser, command};
