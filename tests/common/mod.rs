@@ -2,6 +2,7 @@
 //! (the `redis` crate and raw TCP with a small RESP reader), and bounded waiting.
 #![allow(dead_code)]
 
+pub mod bucketd_process;
 pub mod real_redis;
 pub mod scrape;
 pub mod tools;

@@ -57,6 +57,16 @@ pub const GRPC_PY: PythonImports = PythonImports {
     install: "python3 -m pip install grpcio xds-protos",
 };
 
+/// What tests/limiter-suites/run.py runs: pytest with the plugins the limiter packages' tests
+/// use, the packages at the pinned versions run.py names (their tests come from their source
+/// distributions, fetched at test time), and the Redis clients they test with.
+pub const LIMITER_SUITES_PY: PythonImports = PythonImports {
+    imports: "import pytest, pytest_asyncio, pytest_lazy_fixtures, pytest_rerunfailures, redis, \
+              coredis, limits, pyrate_limiter, deprecated, packaging",
+    install: "python3 -m pip install 'pytest<10' pytest-asyncio pytest-lazy-fixtures \
+              pytest-rerunfailures redis 'coredis>=3.4,<6' limits==5.8.0 pyrate-limiter==4.6.0",
+};
+
 /// Fails the test unless `tool` is an executable file on PATH, with a message that names the
 /// command installing it: `require_tool(REDIS_CLI)` fails with "redis-cli not found on PATH:
 /// apt-get install -y redis-tools".

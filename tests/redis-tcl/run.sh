@@ -13,6 +13,11 @@
 #                        (default: ~/.cache/bucketd/redis-src); may also point at any extracted
 #                        redis source tree of the 7.0 series
 #   BUCKETD_TCL_UNITS    the units to run, space-separated (default: the list below)
+#   BUCKETD_TCL_LISTS    the skip and pending files beside this script, as "SKIP PENDING"
+#                        (default "skip.txt pending.txt"); the data-type units have their own,
+#                        "types-skip.txt types-pending.txt"
+#   BUCKETD_TCL_SERVER   "redis" to run the suite against a real redis-server instead (the
+#                        control: what passes there with the same lists), or "bucketd" (default)
 #   BUCKETD_TCL_PENDING  "run" to run the pending tests too and name those that pass now
 #   BUCKETD_TCL_VERBOSE  1 to show the suite's own output as it runs
 #   BUCKETD_TCL_TIMEOUT  seconds the whole suite may take (default 600)
@@ -40,6 +45,11 @@ pending_mode=skip
 default_units="unit/type/incr unit/type/string unit/expire unit/keyspace unit/protocol unit/quit
     unit/info-command unit/introspection unit/introspection-2 unit/multi unit/scan unit/other"
 read -r -a units <<<"$(echo ${BUCKETD_TCL_UNITS:-$default_units})"
+read -r skip_file pending_file <<<"${BUCKETD_TCL_LISTS:-skip.txt pending.txt}"
+skip_file="$here/$skip_file"
+if [ -n "${pending_file:-}" ]; then pending_file="$here/$pending_file"; else pending_file=/dev/null; fi
+server="${BUCKETD_TCL_SERVER:-bucketd}"
+case "$server" in bucketd | redis) ;; *) echo "BUCKETD_TCL_SERVER is bucketd or redis" >&2; exit 2 ;; esac
 
 log() { printf 'redis-tcl: %s\n' "$*"; }
 cannot_run() {
@@ -83,6 +93,14 @@ add_deb_src() {
 # Brings the source package into $src, once. A lock keeps two runs from fetching at once.
 fetch_suite() {
     [ -f "$src/tests/test_helper.tcl" ] && return 0
+    # `apt-get source` run by hand in $src leaves the tree one level down, beside the package's
+    # files: use it rather than fetching again into a directory that is not empty.
+    local nested
+    nested="$(find "$src" -mindepth 3 -maxdepth 3 -path '*/tests/test_helper.tcl' -print -quit 2>/dev/null)"
+    if [ -n "$nested" ]; then
+        src="$(dirname "$(dirname "$nested")")"
+        return 0
+    fi
     mkdir -p "$(dirname "$src")" 2>/dev/null && { exec 9>"$src.lock"; } 2>/dev/null ||
         cannot_run "cannot write to $(dirname "$src") to keep the redis source package; set BUCKETD_REDIS_SRC"
     flock 9
@@ -135,17 +153,19 @@ tclsh="$(find_tclsh)"
 fetch_suite
 suite_version="$(cat "$src/.bucketd-source" 2>/dev/null || basename "$src")"
 
-if [ -n "${BUCKETD_BIN:-}" ]; then
+if [ "$server" = redis ]; then
+    bin="$(command -v redis-server)" || cannot_run "no redis-server on PATH (apt-get install -y redis-server)"
+elif [ -n "${BUCKETD_BIN:-}" ]; then
     bin="$BUCKETD_BIN"
 else
     log "cargo build --release"
     (cd "$repo" && cargo build --release --quiet --bin bucketd)
     bin="${CARGO_TARGET_DIR:-$repo/target}/release/bucketd"
 fi
-[ -x "$bin" ] || cannot_run "no bucketd binary at $bin"
+[ -x "$bin" ] || cannot_run "no $server binary at $bin"
 
 mkdir -p "$logs"
-node_log="$logs/bucketd.log"
+node_log="$logs/$server.log"
 suite_log="$logs/runtest.log"
 work=""
 pid=""
@@ -186,7 +206,12 @@ answers_ping() {
 port=""
 for attempt in 1 2 3; do
     candidate="$(free_port)"
-    "$bin" --port "$candidate" --shards 2 >"$node_log" 2>&1 &
+    if [ "$server" = redis ]; then
+        "$bin" --port "$candidate" --bind 127.0.0.1 --save '' --appendonly no --dir "$logs" \
+            >"$node_log" 2>&1 &
+    else
+        "$bin" --port "$candidate" --shards 2 >"$node_log" 2>&1 &
+    fi
     pid=$!
     for _ in $(seq 1 100); do
         if answers_ping "$candidate"; then
@@ -201,11 +226,11 @@ for attempt in 1 2 3; do
 done
 if [ -z "$port" ]; then
     tail -n 20 "$node_log" >&2
-    log "bucketd did not answer PING on a loopback port (log: $node_log)"
+    log "$server did not answer PING on a loopback port (log: $node_log)"
     echo "0 passed, 1 failed"
     exit 1
 fi
-log "bucketd $("$bin" --version 2>/dev/null | awk '{print $2}') (pid $pid) on 127.0.0.1:$port; suite $suite_version"
+log "$server $("$bin" --version 2>/dev/null | awk '{print $2, $3}') (pid $pid) on 127.0.0.1:$port; suite $suite_version"
 
 # A copy of the suite's harness per run, so the cached tree stays pristine and runs can overlap.
 work="$(mktemp -d)"
@@ -219,9 +244,9 @@ grep -q 'catch {r function flush}' "$server_tcl" ||
 
 skip_list="$work/skip.list"
 if [ "$pending_mode" = run ]; then
-    grep -hv '^#' "$here/skip.txt" >"$skip_list" || true
+    grep -hv '^#' "$skip_file" >"$skip_list" || true
 else
-    grep -hv '^#' "$here/skip.txt" "$here/pending.txt" >"$skip_list" || true
+    grep -hv '^#' "$skip_file" "$pending_file" >"$skip_list" || true
 fi
 
 single=()
@@ -253,11 +278,11 @@ fi
 full=0
 [ -z "${BUCKETD_TCL_UNITS:-}" ] && [ "$#" -eq 0 ] && full=1
 summary=0
-"$tclsh" "$here/summarize.tcl" "$suite_log" "$here/skip.txt" "$here/pending.txt" "$pending_mode" \
+"$tclsh" "$here/summarize.tcl" "$suite_log" "$skip_file" "$pending_file" "$pending_mode" \
     "${#units[@]}" "$status" "$full" >"$work/summary" || summary=$?
 if [ "$node_died" -eq 1 ]; then
     tail -n 30 "$node_log" >&2
-    log "bucketd exited (status $node_status) while the suite ran (log: $node_log)"
+    log "$server exited (status $node_status) while the suite ran (log: $node_log)"
     summary=1
 fi
 cat "$work/summary"
