@@ -9,7 +9,7 @@ use super::table::{CommandSpec, Parser, command};
 use super::{MultiCmd, ParseError, Parsed, msg};
 use crate::protocol::{ArgError, Args};
 use crate::rules::RuleSet;
-use crate::store::{Coll, OwnedValue, Slot, Store, Value};
+use crate::store::{Coll, Encodings, OwnedValue, Slot, Store, Value};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -182,20 +182,31 @@ pub(super) fn object(store: &Store, key: &[u8], sub: ObjectSub, now: u64) -> Rep
     };
     match sub {
         ObjectSub::RefCount => Reply::Int(1),
-        ObjectSub::Encoding => Reply::Bulk(Bytes::from_static(encoding(&e.value).as_bytes())),
+        ObjectSub::Encoding => {
+            let name = encoding(&e.value, &store.usage.caps.encodings);
+            Reply::Bulk(Bytes::from_static(name.as_bytes()))
+        }
     }
 }
 
 /// OBJECT ENCODING's name for a value: Redis 7.0's for its types, bucketd's type name for the
 /// limiter types Redis does not have.
-fn encoding(value: &Value<'_>) -> &'static str {
+fn encoding(value: &Value<'_>, e: &Encodings) -> &'static str {
     match value {
         Value::Int(_) => "int",
         // Redis keeps strings of up to 44 bytes in the object itself.
         Value::Str(s) if s.len() <= 44 => "embstr",
         Value::Str(_) => "raw",
-        // A small hash is a listpack in Redis while every field and value is 64 bytes at most.
-        Value::Hash(h) if h.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64) => "listpack",
+        // A small hash is a listpack in Redis while it is within both thresholds.
+        Value::Hash(h)
+            if h.len() <= Encodings::get(&e.hash_max_listpack_entries)
+                && h.iter().all(|(f, v)| {
+                    let max = Encodings::get(&e.hash_max_listpack_value);
+                    f.len() <= max && v.len() <= max
+                }) =>
+        {
+            "listpack"
+        }
         Value::Hash(_) => "hashtable",
         Value::Coll(c) => c.encoding(),
         Value::Bucket(_) => "bucket",

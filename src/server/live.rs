@@ -142,7 +142,35 @@ const PARAMS: &[(&str, Kind)] = &[
     ("appendonly", Kind::Fixed),
     ("cluster-enabled", Kind::Immutable),
     ("shards", Kind::Immutable),
+    ("zset-max-listpack-entries", Kind::Live),
+    ("zset-max-listpack-value", Kind::Live),
+    ("set-max-intset-entries", Kind::Live),
+    ("hash-max-listpack-entries", Kind::Live),
+    ("hash-max-listpack-value", Kind::Live),
+    ("list-max-listpack-size", Kind::Live),
+    ("list-compress-depth", Kind::Live),
 ];
+
+/// Redis 7.0's older names of the encoding settings, which it still takes.
+const ALIASES: &[(&str, &str)] = &[
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+];
+
+/// The parameter `name` names (in any case), by its own name or an alias.
+fn param(name: &[u8]) -> Option<(&'static str, Kind)> {
+    let canonical = ALIASES
+        .iter()
+        .find(|(alias, _)| alias.as_bytes().eq_ignore_ascii_case(name))
+        .map_or(name, |(_, to)| to.as_bytes());
+    PARAMS
+        .iter()
+        .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(canonical))
+        .copied()
+}
 
 fn current(node: &Node, name: &str) -> String {
     let s = &node.settings;
@@ -171,7 +199,13 @@ fn current(node: &Node, name: &str) -> String {
         }
         .into(),
         "shards" => node.shards.len().to_string(),
-        _ => String::new(),
+        "list-max-listpack-size" => {
+            let e = &l.caps.encodings;
+            e.list_max_listpack_size.load(Ordering::Relaxed).to_string()
+        }
+        other => encoding_setting(&l.caps.encodings, other)
+            .map(|v| v.load(Ordering::Relaxed).to_string())
+            .unwrap_or_default(),
     }
 }
 
@@ -187,10 +221,7 @@ pub(crate) fn config_get(node: &Node, patterns: &[Bytes]) -> Vec<(String, String
     };
     for p in patterns {
         if !p.iter().any(|b| matches!(b, b'*' | b'?' | b'[')) {
-            if let Some((name, _)) = PARAMS
-                .iter()
-                .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(p))
-            {
+            if let Some((name, _)) = param(p) {
                 add(String::from_utf8_lossy(p).into_owned(), name);
             }
             continue;
@@ -217,6 +248,9 @@ enum Change {
     QueryBufferLimit(usize),
     RequirePass(Option<String>),
     Timeout(u64),
+    /// An encoding threshold (`list-max-listpack-size`, which may be negative, apart).
+    Encoding(&'static str, usize),
+    ListMaxListpackSize(i64),
     /// The value bucketd already has.
     Same,
 }
@@ -265,10 +299,7 @@ pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applie
     // Redis reports the first unknown, read-only or repeated name, as the client spelled it.
     for (name, value) in pairs {
         let given = String::from_utf8_lossy(name);
-        let Some(&(canonical, kind)) = PARAMS
-            .iter()
-            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
-        else {
+        let Some((canonical, kind)) = param(name) else {
             return Err(ConfigSetError::Unknown(given.into_owned()));
         };
         let refuse = |why: &str| ConfigSetError::Refused {
@@ -303,6 +334,16 @@ pub(crate) fn config_set(node: &Node, pairs: &[(Bytes, Bytes)]) -> Result<Applie
             Change::QueryBufferLimit(n) => l.client_query_buffer_limit.store(n, Ordering::Relaxed),
             Change::RequirePass(p) => l.requirepass.store(p.map(Arc::new)),
             Change::Timeout(s) => l.timeout_s.store(s, Ordering::Relaxed),
+            Change::Encoding(name, v) => {
+                if let Some(a) = encoding_setting(&l.caps.encodings, name) {
+                    a.store(v, Ordering::Relaxed);
+                }
+            }
+            Change::ListMaxListpackSize(v) => l
+                .caps
+                .encodings
+                .list_max_listpack_size
+                .store(v, Ordering::Relaxed),
             Change::Same => {}
         }
     }
@@ -365,6 +406,29 @@ fn parse_value(name: &str, value: &[u8]) -> Result<Change, String> {
                 return Err("percentage argument must be less or equal to 100".into());
             }
             Ok(Change::MaxMemoryClients(v))
+        }
+        "list-max-listpack-size" => {
+            let v = signed_in(integer(value)?, i64::from(i32::MIN), i64::from(i32::MAX))?;
+            Ok(Change::ListMaxListpackSize(v))
+        }
+        "list-compress-depth" => {
+            let v = signed_in(integer(value)?, 0, i64::from(i32::MAX))?;
+            Ok(Change::Encoding(
+                "list-compress-depth",
+                usize_of(v.unsigned_abs()),
+            ))
+        }
+        "zset-max-listpack-entries"
+        | "zset-max-listpack-value"
+        | "set-max-intset-entries"
+        | "hash-max-listpack-entries"
+        | "hash-max-listpack-value" => {
+            let v = signed_in(integer(value)?, 0, i64::MAX)?;
+            let name = PARAMS
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or("", |(n, _)| n);
+            Ok(Change::Encoding(name, usize_of(v.unsigned_abs())))
         }
         "requirepass" => Ok(Change::RequirePass(
             (!value.is_empty()).then(|| text.into_owned()),
@@ -475,6 +539,22 @@ pub(super) async fn close_idle_clients(node: Arc<Node>, mut shutdown: Shutdown) 
             _ = shutdown.recv() => break,
         }
     }
+}
+
+/// The threshold a CONFIG name sets.
+fn encoding_setting<'a>(
+    e: &'a crate::store::Encodings,
+    name: &str,
+) -> Option<&'a std::sync::atomic::AtomicUsize> {
+    Some(match name {
+        "zset-max-listpack-entries" => &e.zset_max_listpack_entries,
+        "zset-max-listpack-value" => &e.zset_max_listpack_value,
+        "set-max-intset-entries" => &e.set_max_intset_entries,
+        "hash-max-listpack-entries" => &e.hash_max_listpack_entries,
+        "hash-max-listpack-value" => &e.hash_max_listpack_value,
+        "list-compress-depth" => &e.list_compress_depth,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

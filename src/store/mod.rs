@@ -27,7 +27,7 @@ mod zset;
 pub(crate) use coll::Coll;
 pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub use table::{Slot, Store};
-pub(crate) use usage::{Caps, StoreFull};
+pub(crate) use usage::{Caps, Encodings, StoreFull};
 
 use table::PARTITIONS;
 

@@ -29,6 +29,45 @@ pub struct Caps {
     /// The largest string or hash value any store has held (a high-water mark, never
     /// lowered): how large one reply carrying a stored value can be.
     largest_value: AtomicUsize,
+    /// Up to where small collections keep their compact encoding (CONFIG SET, node-wide).
+    pub encodings: Encodings,
+}
+
+/// Redis's thresholds for the compact encodings of small collections, as CONFIG SET changes
+/// them: a collection converts to its indexed encoding once it passes one (and, as in Redis,
+/// never converts back).
+#[derive(Debug)]
+pub struct Encodings {
+    pub zset_max_listpack_entries: AtomicUsize,
+    pub zset_max_listpack_value: AtomicUsize,
+    pub set_max_intset_entries: AtomicUsize,
+    pub hash_max_listpack_entries: AtomicUsize,
+    pub hash_max_listpack_value: AtomicUsize,
+    /// Kept for CONFIG GET (lists have one encoding in Redis 7.0, `quicklist`).
+    pub list_max_listpack_size: std::sync::atomic::AtomicI64,
+    pub list_compress_depth: AtomicUsize,
+}
+
+impl Default for Encodings {
+    /// Redis 7.0's defaults.
+    fn default() -> Encodings {
+        Encodings {
+            zset_max_listpack_entries: AtomicUsize::new(128),
+            zset_max_listpack_value: AtomicUsize::new(64),
+            set_max_intset_entries: AtomicUsize::new(512),
+            hash_max_listpack_entries: AtomicUsize::new(128),
+            hash_max_listpack_value: AtomicUsize::new(64),
+            list_max_listpack_size: std::sync::atomic::AtomicI64::new(-2),
+            list_compress_depth: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Encodings {
+    /// A threshold's value now.
+    pub fn get(v: &AtomicUsize) -> usize {
+        v.load(Ordering::Relaxed)
+    }
 }
 
 impl Caps {
