@@ -57,7 +57,10 @@ pub(crate) use keyed::{SetCond, SetExpiry};
 pub(crate) use packed::{commands, slicing};
 pub(crate) use rules::RuleCmd;
 pub(crate) use scan::ScanCmd;
-pub(crate) use script::{Eval, MAX_SCRIPT_BYTES, ScriptCache, ScriptCmd, check_compiles, sha1_hex};
+pub(crate) use script::{
+    Eval, MAX_SCRIPT_BYTES, REDIS_VERSION, ScriptCache, ScriptCmd, ShebangError, check_compiles,
+    sha1_hex,
+};
 pub(crate) use server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
 pub(crate) use table::{
     COMMANDS, CommandSpec, SUBCOMMANDS, index_of, lookup, write_docs, write_info,

@@ -26,10 +26,10 @@ use super::stream::ClientStream;
 use super::txn::{CROSSSLOT, ExecItem, Txn, common_slot};
 use super::{ClientInfo, Node};
 use crate::cmd::ConnectionCmd;
-use crate::cmd::Eval;
 use crate::cmd::TxnCmd;
 use crate::cmd::{self, CommandSpec, MultiCmd, NodeCmd, ParseError, Parsed};
 use crate::cmd::{CheckKind, KeyCmd, MISSING_REPLY, Reply, encode};
+use crate::cmd::{Eval, ShebangError};
 use crate::protocol::{ArgError, ReplyWriter, Request, RequestParser};
 use crate::rules::RuleSet;
 use crate::shard::{CoreRef, ShardGone};
@@ -82,14 +82,26 @@ enum EvalRefused {
     NoScript,
     CrossSlot,
     CrossShard,
+    /// The script's `#!lua` line does not parse.
+    Shebang(ShebangError),
+    /// A `no-cluster` script, in a cluster.
+    NoCluster,
+    /// A script that may write and did not say `allow-oom`, while the node is at a cap.
+    Oom,
 }
 
 impl EvalRefused {
-    fn message(&self) -> &'static str {
+    fn message(&self) -> std::borrow::Cow<'static, str> {
         match self {
-            EvalRefused::NoScript => NOSCRIPT,
-            EvalRefused::CrossSlot => CROSSSLOT,
-            EvalRefused::CrossShard => SCRIPT_SHARDS,
+            EvalRefused::NoScript => NOSCRIPT.into(),
+            EvalRefused::CrossSlot => CROSSSLOT.into(),
+            EvalRefused::CrossShard => SCRIPT_SHARDS.into(),
+            EvalRefused::Shebang(e) => e.to_string().into(),
+            EvalRefused::NoCluster => {
+                "ERR Can not run script on cluster, 'no-cluster' flag is set.".into()
+            }
+            // What Redis answers: the script's flags make EVAL a command refused when full.
+            EvalRefused::Oom => "OOM command not allowed when used memory > 'maxmemory'.".into(),
         }
     }
 }
@@ -514,18 +526,26 @@ impl Conn {
         } else {
             node.scripts.insert(e.sha.clone(), e.body.clone());
         }
-        let Some(first) = e.keys.first() else {
-            return Ok(());
-        };
-        if node.cluster().is_some() {
-            if common_slot(e.keys.iter().map(|k| &k[..])).is_none() {
-                return Err(EvalRefused::CrossSlot);
+        let flags = e.flags().map_err(EvalRefused::Shebang)?;
+        if let Some(first) = e.keys.first() {
+            if node.cluster().is_some() {
+                if common_slot(e.keys.iter().map(|k| &k[..])).is_none() {
+                    return Err(EvalRefused::CrossSlot);
+                }
+            } else {
+                let shard = node.shard_of(first);
+                if !e.keys.iter().all(|k| node.shard_of(k) == shard) {
+                    return Err(EvalRefused::CrossShard);
+                }
             }
-        } else {
-            let shard = node.shard_of(first);
-            if !e.keys.iter().all(|k| node.shard_of(k) == shard) {
-                return Err(EvalRefused::CrossShard);
-            }
+        }
+        // Decided here, before the script is proposed, and not where it runs: replicas hold
+        // different keys, and must all run what the log holds.
+        if flags.refused_in_cluster() && node.cluster().is_some() {
+            return Err(EvalRefused::NoCluster);
+        }
+        if flags.refused_when_full() && node.live.caps.reached() {
+            return Err(EvalRefused::Oom);
         }
         Ok(())
     }

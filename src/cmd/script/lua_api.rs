@@ -38,6 +38,8 @@ pub(super) struct CallState {
     pub(super) out: std::cell::UnsafeCell<Vec<u8>>,
     /// The error reply `redis.call` raised last: a script failing with it answers with it.
     pub(super) raised: RefCell<Option<String>>,
+    /// The running script chose RESP3 (`redis.setresp(3)`) for the replies of its calls.
+    pub(super) resp3: Cell<bool>,
 }
 
 thread_local! {
@@ -48,6 +50,7 @@ thread_local! {
             running: Cell::new(None),
             out: std::cell::UnsafeCell::new(Vec::new()),
             raised: RefCell::new(None),
+            resp3: Cell::new(false),
         }
     };
 }
@@ -60,6 +63,8 @@ pub(super) struct Running {
     pub(super) stats: *mut ExecStats,
     pub(super) eval: *const Eval,
     pub(super) now: u64,
+    /// Write commands are refused: EVAL_RO, or a script whose shebang says `no-writes`.
+    pub(super) read_only: bool,
 }
 
 /// Clears `CallState::running` when the script's run ends, however it ends.
@@ -223,7 +228,14 @@ unsafe fn call_from_lua(state: *mut mlua::lua_State) -> Outcome {
             // script cannot run another one (EVAL from a script is refused), so these are the
             // only references while they live.
             (Some(r), Ok(req)) => unsafe {
-                call_command(&mut *r.store, &mut *r.stats, &*r.eval, req, r.now)
+                call_command(
+                    &mut *r.store,
+                    &mut *r.stats,
+                    &*r.eval,
+                    req,
+                    r.now,
+                    r.read_only,
+                )
             },
         };
         match reply {
@@ -233,7 +245,7 @@ unsafe fn call_from_lua(state: *mut mlua::lua_State) -> Outcome {
                 Outcome::Error
             }
             r => {
-                encode(&mut ReplyWriter::new(out, false), &r);
+                encode(&mut ReplyWriter::new(out, c.resp3.get()), &r);
                 Outcome::Reply
             }
         }
@@ -320,6 +332,7 @@ fn call_command(
     e: &Eval,
     req: Request,
     now: u64,
+    read_only: bool,
 ) -> Reply {
     let Some(spec) = lookup(req.name()) else {
         return Reply::err("ERR Unknown Redis command called from script");
@@ -331,7 +344,7 @@ fn call_command(
             Reply::Bulk(Bytes::from((us % 1_000_000).to_string())),
         ]);
     }
-    if e.read_only && spec.props.contains(Flags::WRITE) {
+    if read_only && spec.props.contains(Flags::WRITE) {
         return Reply::err("ERR Write commands are not allowed from read-only scripts.");
     }
     // Commands from scripts take inline limits only (no named rules), as they parse the same on
