@@ -129,7 +129,7 @@ pub(super) fn stop_message() -> String {
 /// What the Rust part of a call left in `CallState::out`.
 #[derive(Clone, Copy)]
 enum Outcome {
-    /// A reply, in RESP2.
+    /// A reply, in the protocol the script chose (`redis.setresp`).
     Reply,
     /// An error reply's text.
     Error,
