@@ -485,6 +485,11 @@ fn every_reply() -> Vec<(&'static str, Reply)> {
             "Map",
             Reply::Map(vec![(Reply::Bulk(b("tokens")), Reply::Bulk(b("9")))]),
         ),
+        ("Set", Reply::Set(vec![Reply::Bulk(b("a"))])),
+        ("Double", Reply::Double(b("1.5"))),
+        ("Bool", Reply::Bool(true)),
+        ("BigNumber", Reply::BigNumber(b("12345678901234567890"))),
+        ("Verbatim", Reply::Verbatim(*b"txt", b("hi"))),
     ]
 }
 
@@ -731,6 +736,11 @@ const GOLDEN_REPLY: &[(&str, &str)] = &[
     ),
     ("Array", "0803020203016b01"),
     ("Map", "09010306746f6b656e73030139"),
+    ("Set", "0a01030161"),
+    ("Double", "0b03312e35"),
+    ("Bool", "0c01"),
+    ("BigNumber", "0d143132333435363738393031323334353637383930"),
+    ("Verbatim", "0e747874026869"),
 ];
 const GOLDEN_LOG: &[(&str, &str)] = &[
     ("Origin", "fbedfe09"),

@@ -446,6 +446,16 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// Pairs: a RESP3 map, flattened into an array in RESP2 (HGETALL).
     Map(Vec<(Reply, Reply)>),
+    /// A RESP3 set, an array in RESP2 (a script's `{set=...}`).
+    Set(Vec<Reply>),
+    /// A RESP3 double, as its text (`%.17g`, `inf`, `-inf`, `nan`); a bulk string in RESP2.
+    Double(Bytes),
+    /// A RESP3 boolean; the integer 1 or 0 in RESP2.
+    Bool(bool),
+    /// A RESP3 big number, as its digits; a bulk string in RESP2.
+    BigNumber(Bytes),
+    /// A RESP3 verbatim string: its three-byte format and its text; a bulk string in RESP2.
+    Verbatim([u8; 3], Bytes),
 }
 
 impl Reply {
@@ -717,6 +727,16 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
                 encode(w, v);
             }
         }
+        Reply::Set(items) => {
+            w.set(items.len());
+            for i in items {
+                encode(w, i);
+            }
+        }
+        Reply::Double(text) => w.double(text),
+        Reply::Bool(b) => w.boolean(*b),
+        Reply::BigNumber(digits) => w.big_number(digits),
+        Reply::Verbatim(format, text) => w.verbatim_as(format, text),
     }
 }
 

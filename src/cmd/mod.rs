@@ -62,7 +62,8 @@ pub(crate) use packed::{commands, slicing};
 pub(crate) use rules::RuleCmd;
 pub(crate) use scan::ScanCmd;
 pub(crate) use script::{
-    Eval, MAX_SCRIPT_BYTES, ScriptCache, ScriptCmd, check_compiles, eval_in, sha1_hex,
+    Eval, MAX_SCRIPT_BYTES, REDIS_VERSION, ScriptCache, ScriptCmd, ShebangError, check_compiles,
+    eval_in, sha1_hex,
 };
 pub(crate) use server::{CommandCmd, CommandSub, ConfigCmd, ListFilter, ServerCmd};
 pub(crate) use table::{

@@ -246,6 +246,53 @@ impl<'a> ReplyWriter<'a> {
         }
     }
 
+    /// A double, given as its text (`%.17g`, `inf`, `-inf`, `nan`): `,` in RESP3, a bulk
+    /// string in RESP2.
+    pub fn double(&mut self, text: &[u8]) {
+        if self.resp3 {
+            self.buf.push(b',');
+            self.buf.extend_from_slice(text);
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text);
+        }
+    }
+
+    /// A boolean: `#t`/`#f` in RESP3, the integer 1 or 0 in RESP2.
+    pub fn boolean(&mut self, b: bool) {
+        if self.resp3 {
+            self.buf
+                .extend_from_slice(if b { b"#t\r\n" } else { b"#f\r\n" });
+        } else {
+            self.int(i64::from(b));
+        }
+    }
+
+    /// A big number, given as its digits: `(` in RESP3, a bulk string in RESP2.
+    pub fn big_number(&mut self, digits: &[u8]) {
+        if self.resp3 {
+            self.buf.push(b'(');
+            self.buf.extend_from_slice(digits);
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(digits);
+        }
+    }
+
+    /// A verbatim string with its three-byte `format`: `=` in RESP3, a bulk string of the
+    /// text alone in RESP2.
+    pub fn verbatim_as(&mut self, format: &[u8; 3], text: &[u8]) {
+        if self.resp3 {
+            push_line(self.buf, b'=', text.len() as i64 + 4);
+            self.buf.extend_from_slice(format);
+            self.buf.push(b':');
+            self.buf.extend_from_slice(text);
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text);
+        }
+    }
+
     fn header(&mut self, kind: u8, len: usize) {
         push_line(self.buf, kind, len as i64);
     }

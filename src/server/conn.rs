@@ -18,7 +18,6 @@
 //!   growth passes it is closed.
 
 use super::commands;
-use super::cross;
 use super::named::{self, Decided, Named, named_rules};
 use super::round::{KEEP_REQS, REPLY_BUDGET, Round};
 use super::scatter;
@@ -26,8 +25,8 @@ use super::session::Session;
 use super::stream::ClientStream;
 use super::txn::{CROSSSLOT, ExecItem, Txn, common_slot};
 use super::{ClientInfo, Node};
+use super::{cross, eval_gate};
 use crate::cmd::ConnectionCmd;
-use crate::cmd::Eval;
 use crate::cmd::TxnCmd;
 use crate::cmd::{self, CommandSpec, MultiCmd, NodeCmd, ParseError, Parsed};
 use crate::cmd::{CheckKind, KeyCmd, MISSING_REPLY, Reply, encode};
@@ -55,7 +54,6 @@ const TRIM_AFTER: usize = 1024 * 1024;
 const EVICT_FLOOR: usize = 256 * 1024;
 
 const WATCH_UNSUPPORTED: &str = "ERR WATCH is not supported: a MULTI/EXEC on one slot already runs atomically on the shard that owns it";
-const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
 /// Why a connection stops serving.
 pub(super) enum Stop {
@@ -73,21 +71,6 @@ impl From<ShardGone> for Stop {
 impl From<std::io::Error> for Stop {
     fn from(e: std::io::Error) -> Self {
         Stop::Io(e)
-    }
-}
-
-/// Why a script cannot run as asked; its reply is the text.
-enum EvalRefused {
-    NoScript,
-    CrossSlot,
-}
-
-impl EvalRefused {
-    fn message(&self) -> &'static str {
-        match self {
-            EvalRefused::NoScript => NOSCRIPT,
-            EvalRefused::CrossSlot => CROSSSLOT,
-        }
     }
 }
 
@@ -402,7 +385,7 @@ impl Conn {
             let mut parsed = cmd::parse(req, &rules);
             let mut across = None;
             if let Ok(Parsed::Keyed(KeyCmd::Eval(e))) = &mut parsed {
-                match self.prepare_eval(e) {
+                match eval_gate::prepare(&self.ses.node, e) {
                     Err(why) => parsed = Err(ParseError::Arg(ArgError::Msg(why.message().into()))),
                     Ok(span) => across = span,
                 }
@@ -523,20 +506,6 @@ impl Conn {
             .unwrap_or(Reply::err(MISSING_REPLY));
         encode(&mut ReplyWriter::new(&mut self.out, self.ses.resp3), &r);
         Ok(())
-    }
-
-    /// Readies a script to run: finds an EVALSHA's text in the node's cache (and keeps an
-    /// EVAL's, as Redis does), and checks its keys can be run on together: one slot in a
-    /// cluster. On a standalone node whose shards share its keys, the script runs over all
-    /// of them together (the shards it answers).
-    fn prepare_eval(&self, e: &mut Eval) -> Result<Option<cross::Span>, EvalRefused> {
-        let node = &self.ses.node;
-        if e.body.is_empty() {
-            e.body = node.scripts.get(&e.sha).ok_or(EvalRefused::NoScript)?;
-        } else {
-            node.scripts.insert(e.sha.clone(), e.body.clone());
-        }
-        cross::script_span(node, &e.keys).ok_or(EvalRefused::CrossSlot)
     }
 
     /// Runs a command the node answers itself, in order with the round's other replies.

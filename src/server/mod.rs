@@ -15,6 +15,7 @@ mod acl;
 mod commands;
 mod conn;
 mod cross;
+mod eval_gate;
 pub(crate) mod info;
 mod launch;
 pub(crate) mod limit_set;

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Version reported to clients that gate features on the Redis version.
-pub(crate) const REDIS_COMPAT_VERSION: &str = "7.2.0";
+/// Version reported to clients that gate features on the Redis version; scripts see the same
+/// in `redis.REDIS_VERSION`.
+pub(crate) const REDIS_COMPAT_VERSION: &str = crate::cmd::REDIS_VERSION;
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Node-wide counters.

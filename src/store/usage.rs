@@ -132,6 +132,13 @@ impl Caps {
         self.max_bytes.store(n, Ordering::Relaxed);
     }
 
+    /// Whether the node is at a cap: a write that adds a key would be refused now.
+    pub fn reached(&self) -> bool {
+        let (max_keys, max_bytes) = (self.max_keys(), self.max_bytes());
+        (max_keys > 0 && self.keys.load(Ordering::Relaxed) >= max_keys)
+            || (max_bytes > 0 && self.bytes.load(Ordering::Relaxed) >= max_bytes)
+    }
+
     #[inline]
     pub(super) fn enabled(&self) -> bool {
         self.max_keys() > 0 || self.max_bytes() > 0

@@ -45,9 +45,14 @@ pub(super) fn write_g(out: &mut Vec<u8>, n: f64, precision: usize) {
     }
 }
 
-/// Pushes the RESP2 value at `b[*at..]` as Lua sees it: a status as `{ok=...}`, an error as
-/// `{err=...}`, an integer as a number, a bulk string as a string, nil as false, an array as
-/// a table. None (with whatever it pushed left for the caller to drop) on a malformed reply.
+/// Pushes the RESP value at `b[*at..]` as Lua sees it, as Redis 7 converts it.
+///
+/// RESP2: a status as `{ok=...}`, an error as `{err=...}`, an integer as a number, a bulk
+/// string as a string, nil as false, an array as a table. RESP3 (after `redis.setresp(3)`):
+/// null as nil, a boolean as a boolean, a map as `{map={k=v...}}`, a set as
+/// `{set={member=true...}}`, a double as `{double=n}`, a big number as `{big_number="..."}`,
+/// a verbatim string as `{verbatim_string={format=..., string=...}}`; attributes are skipped.
+/// None (with whatever it pushed left for the caller to drop) on a malformed reply.
 ///
 /// # Safety
 /// `state` must be a live Lua state, in a protected call.
@@ -64,9 +69,10 @@ pub(super) unsafe fn push_resp(
     let line = &b[start..end];
     *at = end + 2;
     let int = || -> Option<i64> { std::str::from_utf8(line).ok()?.parse().ok() };
-    // SAFETY: the caller's contract; each level uses at most three slots, checked first.
+    let count = || -> Option<usize> { usize::try_from(int()?).ok() };
+    // SAFETY: the caller's contract; each level uses at most five slots, checked first.
     unsafe {
-        ffi::luaL_checkstack(state, 3, std::ptr::null());
+        ffi::luaL_checkstack(state, 5, std::ptr::null());
         match tag {
             b'+' | b'-' => {
                 ffi::lua_createtable(state, 0, 1);
@@ -75,30 +81,77 @@ pub(super) unsafe fn push_resp(
                 ffi::lua_setfield(state, -2, field.as_ptr());
             }
             b':' => ffi::lua_pushnumber(state, int()? as f64),
-            b'$' => {
+            b'$' | b'=' => {
                 let n = int()?;
                 if n < 0 {
                     ffi::lua_pushboolean(state, 0);
-                } else {
-                    let n = usize::try_from(n).ok()?;
-                    let data = b.get(*at..*at + n)?;
-                    *at += n + 2;
+                    return Some(());
+                }
+                let n = usize::try_from(n).ok()?;
+                let data = b.get(*at..*at + n)?;
+                *at += n + 2;
+                if tag == b'$' {
                     ffi::lua_pushlstring(state, data.as_ptr().cast(), data.len());
+                } else {
+                    let (format, text) = (data.get(..3)?, data.get(4..)?);
+                    ffi::lua_createtable(state, 0, 1);
+                    ffi::lua_createtable(state, 0, 2);
+                    ffi::lua_pushlstring(state, text.as_ptr().cast(), text.len());
+                    ffi::lua_setfield(state, -2, c"string".as_ptr());
+                    ffi::lua_pushlstring(state, format.as_ptr().cast(), format.len());
+                    ffi::lua_setfield(state, -2, c"format".as_ptr());
+                    ffi::lua_setfield(state, -2, c"verbatim_string".as_ptr());
                 }
             }
+            b'_' => ffi::lua_pushnil(state),
+            b'#' => ffi::lua_pushboolean(state, std::ffi::c_int::from(line == b"t")),
+            b',' => {
+                let n: f64 = std::str::from_utf8(line).ok()?.parse().ok()?;
+                ffi::lua_createtable(state, 0, 1);
+                ffi::lua_pushnumber(state, n);
+                ffi::lua_setfield(state, -2, c"double".as_ptr());
+            }
+            b'(' => {
+                ffi::lua_createtable(state, 0, 1);
+                ffi::lua_pushlstring(state, line.as_ptr().cast(), line.len());
+                ffi::lua_setfield(state, -2, c"big_number".as_ptr());
+            }
+            b'*' if int()? < 0 => ffi::lua_pushboolean(state, 0),
+            _ if depth >= 64 => return None,
             b'*' => {
-                let n = int()?;
-                if n < 0 {
-                    ffi::lua_pushboolean(state, 0);
-                } else if depth >= 64 {
-                    return None;
-                } else {
-                    ffi::lua_createtable(state, c_int(usize::try_from(n).ok()?), 0);
-                    for i in 1..=n {
-                        push_resp(state, b, at, depth + 1)?;
-                        ffi::lua_rawseti(state, -2, i as ffi::lua_Integer);
-                    }
+                let n = count()?;
+                ffi::lua_createtable(state, c_int(n.min(1024)), 0);
+                for i in 1..=n {
+                    push_resp(state, b, at, depth + 1)?;
+                    ffi::lua_rawseti(state, -2, i as ffi::lua_Integer);
                 }
+            }
+            b'%' | b'~' => {
+                let n = count()?;
+                let field = if tag == b'%' { c"map" } else { c"set" };
+                ffi::lua_createtable(state, 0, 1);
+                ffi::lua_createtable(state, 0, c_int(n.min(1024)));
+                for _ in 0..n {
+                    push_resp(state, b, at, depth + 1)?;
+                    if tag == b'%' {
+                        push_resp(state, b, at, depth + 1)?;
+                    } else {
+                        ffi::lua_pushboolean(state, 1);
+                    }
+                    set_pair(state);
+                }
+                ffi::lua_setfield(state, -2, field.as_ptr());
+            }
+            b'|' => {
+                // Attributes are read past: scripts do not see them.
+                let n = count()?;
+                let base = ffi::lua_gettop(state);
+                for _ in 0..n {
+                    push_resp(state, b, at, depth + 1)?;
+                    push_resp(state, b, at, depth + 1)?;
+                    ffi::lua_settop(state, base);
+                }
+                push_resp(state, b, at, depth + 1)?;
             }
             _ => return None,
         }
@@ -106,34 +159,121 @@ pub(super) unsafe fn push_resp(
     Some(())
 }
 
-/// A script's return value as a reply: Redis's conversion rules (numbers truncated to
-/// integers, `false` and nil as nil, a table as an array up to its first nil, `{err=...}` and
-/// `{ok=...}` as error and status replies).
-pub(super) fn lua_to_reply(v: &Value, depth: usize) -> Reply {
+/// Sets key (at -2) to value (at -1) in the table below them, and pops both; a pair whose key
+/// no table can hold (nil, NaN) is dropped instead of raising.
+///
+/// # Safety
+/// `state` must be a live Lua state with a table under two values.
+unsafe fn set_pair(state: *mut mlua::lua_State) {
+    use mlua::ffi;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let key_ok = match ffi::lua_type(state, -2) {
+            ffi::LUA_TNIL => false,
+            ffi::LUA_TNUMBER => !ffi::lua_tonumber(state, -2).is_nan(),
+            _ => true,
+        };
+        if key_ok {
+            ffi::lua_rawset(state, -3);
+        } else {
+            ffi::lua_settop(state, -3);
+        }
+    }
+}
+
+/// A script's return value as a reply, by Redis 7's rules: numbers truncated to integers, nil
+/// as nil, a table as an array up to its first nil, and the tables that stand for other
+/// replies (`{err=...}`, `{ok=...}`, `{double=...}`, `{big_number=...}`,
+/// `{verbatim_string=...}`, `{map=...}`, `{set=...}`, looked for in that order). Booleans
+/// follow the protocol the script chose with `redis.setresp`: in RESP2 true is 1 and false
+/// nil, in RESP3 they are booleans.
+pub(super) fn lua_to_reply(v: &Value, depth: usize, resp3: bool) -> Reply {
     match v {
-        Value::Nil | Value::Boolean(false) => Reply::Nil,
+        Value::Nil => Reply::Nil,
+        Value::Boolean(b) if resp3 => Reply::Bool(*b),
+        Value::Boolean(false) => Reply::Nil,
         Value::Boolean(true) => Reply::Int(1),
         Value::Integer(i) => Reply::Int(*i),
         Value::Number(n) => Reply::Int(*n as i64),
         Value::String(s) => Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes())),
-        Value::Table(t) if depth < 64 => {
-            if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
-                return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned().into());
-            }
-            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-                return Reply::Simple(String::from_utf8_lossy(&s.as_bytes()).into_owned().into());
-            }
-            let mut items = Vec::new();
-            for i in 1.. {
-                match t.raw_get::<Value>(i) {
-                    Ok(Value::Nil) | Err(_) => break,
-                    Ok(v) => items.push(lua_to_reply(&v, depth + 1)),
-                }
-            }
-            Reply::Array(items)
-        }
+        Value::Table(t) if depth < 64 => table_to_reply(t, depth, resp3),
         _ => Reply::Nil,
     }
+}
+
+fn table_to_reply(t: &mlua::Table, depth: usize, resp3: bool) -> Reply {
+    let field = |name: &str| t.raw_get::<Value>(name).unwrap_or(Value::Nil);
+    let text = |s: &mlua::LuaString| String::from_utf8_lossy(&s.as_bytes()).into_owned();
+    if let Value::String(e) = field("err") {
+        return Reply::Error(text(&e).into());
+    }
+    if let Value::String(s) = field("ok") {
+        return Reply::Simple(text(&s).into());
+    }
+    match field("double") {
+        Value::Number(n) => return Reply::Double(double_text(n)),
+        Value::Integer(n) => return Reply::Double(double_text(n as f64)),
+        _ => {}
+    }
+    if let Value::String(s) = field("big_number") {
+        // A big number is one line: line breaks become spaces, as Redis does.
+        let digits: Vec<u8> = s
+            .as_bytes()
+            .iter()
+            .map(|&c| if c == b'\r' || c == b'\n' { b' ' } else { c })
+            .collect();
+        return Reply::BigNumber(Bytes::from(digits));
+    }
+    if let Value::Table(v) = field("verbatim_string")
+        && let (Ok(Value::String(format)), Ok(Value::String(text))) =
+            (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
+    {
+        // The format is three bytes, padded with spaces when shorter.
+        let mut f = [b' '; 3];
+        for (slot, &c) in f.iter_mut().zip(format.as_bytes().iter()) {
+            *slot = c;
+        }
+        return Reply::Verbatim(f, Bytes::copy_from_slice(&text.as_bytes()));
+    }
+    if let Value::Table(m) = field("map") {
+        let pairs = m
+            .pairs::<Value, Value>()
+            .filter_map(Result::ok)
+            .map(|(k, v)| {
+                (
+                    lua_to_reply(&k, depth + 1, resp3),
+                    lua_to_reply(&v, depth + 1, resp3),
+                )
+            })
+            .collect();
+        return Reply::Map(pairs);
+    }
+    if let Value::Table(m) = field("set") {
+        let items = m
+            .pairs::<Value, Value>()
+            .filter_map(Result::ok)
+            .map(|(k, _)| lua_to_reply(&k, depth + 1, resp3))
+            .collect();
+        return Reply::Set(items);
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => items.push(lua_to_reply(&v, depth + 1, resp3)),
+        }
+    }
+    Reply::Array(items)
+}
+
+/// A double as Redis writes it in a reply: `%.17g`, and infinities as `inf` and `-inf`.
+fn double_text(n: f64) -> Bytes {
+    if n.is_infinite() {
+        return Bytes::from_static(if n > 0.0 { b"inf" } else { b"-inf" });
+    }
+    let mut out = Vec::with_capacity(24);
+    write_g(&mut out, n, 17);
+    Bytes::from(out)
 }
 
 #[cfg(test)]

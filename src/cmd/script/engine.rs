@@ -3,12 +3,13 @@
 
 use super::super::across::{ESCALATE, Stores};
 use super::super::keyed::{ExecStats, Reply};
+use super::Eval;
 use super::convert::{c_int, format_g, lua_to_reply};
 use super::lua_api::{
     CALLS, MAX_INSTRUCTIONS, Raised, Running, RunningGuard, redis_call, redis_pcall, script_line,
     spend, stop_message,
 };
-use super::{Eval, sha1_hex};
+use super::redis_lib;
 use crate::store::Store;
 use ahash::AHashMap;
 use bytes::Bytes;
@@ -86,8 +87,20 @@ local function checked(ok, ...)
   if stopped() then error((...), 0) end
   return ok, plain((...))
 end
+-- Redis's pcall hands a caught error table (`{err=...}`) back as its message.
+local function caught(ok, ...)
+  if ok then return ok, ... end
+  if stopped() then error((...), 0) end
+  local e = plain((...))
+  if type(e) == "table" then
+    local m = rawget(e, "err")
+    local t = type(m)
+    if t == "string" or t == "number" then return ok, m end
+  end
+  return ok, e
+end
 pcall = function(...)
-  return checked(raw_pcall(...))
+  return caught(raw_pcall(...))
 end
 xpcall = function(f, handler)
   return checked(raw_xpcall(f, function(e)
@@ -106,7 +119,7 @@ print = nil
 local function readonly()
   error("Attempt to modify a readonly table", 2)
 end
-for _, name in ipairs({"redis", "cjson", "string", "math", "table"}) do
+for _, name in ipairs({"redis", "cjson", "bit", "struct", "cmsgpack", "string", "math", "table"}) do
   local real = rawget(_G, name)
   rawset(_G, name, setmetatable({}, { __index = real, __newindex = readonly, __metatable = false }))
 end
@@ -127,47 +140,24 @@ impl Engine {
             LuaOptions::default(),
         )?;
         lua.set_memory_limit(LUA_MEMORY)?;
-        let redis = lua.create_table()?;
-        redis.set(
-            "error_reply",
-            lua.create_function(|lua, e: mlua::LuaString| {
-                let t = lua.create_table()?;
-                t.set("err", e)?;
-                Ok(t)
-            })?,
-        )?;
-        redis.set(
-            "status_reply",
-            lua.create_function(|lua, s: mlua::LuaString| {
-                let t = lua.create_table()?;
-                t.set("ok", s)?;
-                Ok(t)
-            })?,
-        )?;
-        redis.set(
-            "sha1hex",
-            lua.create_function(|_, s: mlua::LuaString| {
-                Ok(String::from_utf8_lossy(&sha1_hex(&s.as_bytes())).into_owned())
-            })?,
-        )?;
-        // Logging goes nowhere: a script must not make the node write what it likes.
-        redis.set("log", lua.create_function(|_, _: mlua::MultiValue| Ok(()))?)?;
-        for (name, level) in [
-            ("LOG_DEBUG", 0),
-            ("LOG_VERBOSE", 1),
-            ("LOG_NOTICE", 2),
-            ("LOG_WARNING", 3),
-        ] {
-            redis.set(name, level)?;
-        }
+        let redis = redis_lib::redis_table(&lua)?;
         // SAFETY: both are C functions that keep to the Lua C API's rules (see `raw_call`).
         unsafe {
             redis.set("call", lua.create_c_function(redis_call)?)?;
             redis.set("pcall", lua.create_c_function(redis_pcall)?)?;
         }
-        lua.globals().set("redis", redis)?;
+        lua.globals().set("redis", redis.clone())?;
         lua.globals().set("cjson", super::cjson::module(&lua)?)?;
+        lua.globals().set("bit", super::bitop::module(&lua)?)?;
+        lua.globals()
+            .set("struct", super::structlib::module(&lua)?)?;
+        lua.globals()
+            .set("cmsgpack", super::msgpack::module(&lua)?)?;
         let hidden = lua.create_table()?;
+        redis_lib::add_hidden(&lua, &hidden)?;
+        lua.load(redis_lib::PRELUDE)
+            .set_name("=prelude")
+            .call::<()>((redis.clone(), hidden.clone()))?;
         hidden.set(
             "stopped",
             lua.create_function(|_, ()| Ok(CALLS.with(|c| c.stopped.get())))?,
@@ -228,8 +218,12 @@ impl Engine {
     }
 }
 
+/// Compiles a script, without its shebang line (its line feed is kept, so lines keep their
+/// numbers).
 fn compile(lua: &Lua, body: &[u8]) -> Result<mlua::Function, ScriptError> {
-    lua.load(body)
+    let (_, shebang_len) =
+        super::shebang::read(body).map_err(|e| ScriptError::Failed(e.to_string()))?;
+    lua.load(&body[shebang_len..])
         .set_name("@user_script")
         .into_function()
         .map_err(|e| ScriptError::Compile(lua_message(&e)))
@@ -272,6 +266,11 @@ pub(crate) fn eval(store: &mut Store, e: &Eval, now: u64, stats: &mut ExecStats)
 /// Runs a script on the stores it may reach, at `now`. A script that reaches a shard not
 /// held before it has written anything answers `ESCALATE`: run it again with every shard.
 pub(crate) fn eval_in(stores: &mut Stores<'_>, e: &Eval, now: u64, stats: &mut ExecStats) -> Reply {
+    // A script whose shebang does not parse never compiles: `function` refuses it below.
+    let flags = e.flags().unwrap_or_default();
+    if e.read_only && flags.declares_writes() {
+        return Reply::err("ERR Can not execute a script with write flag using *_ro command.");
+    }
     // The lifetime is erased for the call state; the pointer lives only while this runs.
     let stores: *mut Stores<'_> = stores;
     let stores = stores.cast::<Stores<'static>>();
@@ -283,12 +282,14 @@ pub(crate) fn eval_in(stores: &mut Stores<'_>, e: &Eval, now: u64, stats: &mut E
             c.budget.set(MAX_INSTRUCTIONS);
             c.stopped.set(false);
             c.escalate.set(false);
+            c.resp3.set(false);
             *c.raised.borrow_mut() = None;
             c.running.set(Some(Running {
                 stores,
                 stats,
                 eval: e,
                 now,
+                read_only: e.read_only || flags.read_only(),
             }));
         });
         let guard = RunningGuard;
@@ -312,7 +313,10 @@ pub(crate) fn eval_in(stores: &mut Stores<'_>, e: &Eval, now: u64, stats: &mut E
             return Ok(Reply::Error(Cow::Borrowed(ESCALATE)));
         }
         let failure = match out {
-            Ok((true, v)) => return Ok(lua_to_reply(&v, 0)),
+            Ok((true, v)) => {
+                let resp3 = CALLS.with(|c| c.resp3.get());
+                return Ok(lua_to_reply(&v, 0, resp3));
+            }
             Ok((false, v)) => {
                 let raised = CALLS.with(|c| c.raised.borrow_mut().take());
                 failure(&v, engine.error_line.get(), raised.as_deref(), &e.sha)

@@ -42,6 +42,8 @@ pub(super) struct CallState {
     pub(super) out: std::cell::UnsafeCell<Vec<u8>>,
     /// The error reply `redis.call` raised last: a script failing with it answers with it.
     pub(super) raised: RefCell<Option<String>>,
+    /// The running script chose RESP3 (`redis.setresp(3)`) for the replies of its calls.
+    pub(super) resp3: Cell<bool>,
 }
 
 thread_local! {
@@ -53,6 +55,7 @@ thread_local! {
             running: Cell::new(None),
             out: std::cell::UnsafeCell::new(Vec::new()),
             raised: RefCell::new(None),
+            resp3: Cell::new(false),
         }
     };
 }
@@ -66,6 +69,8 @@ pub(super) struct Running {
     pub(super) stats: *mut ExecStats,
     pub(super) eval: *const Eval,
     pub(super) now: u64,
+    /// Write commands are refused: EVAL_RO, or a script whose shebang says `no-writes`.
+    pub(super) read_only: bool,
 }
 
 /// Clears `CallState::running` when the script's run ends, however it ends.
@@ -130,7 +135,7 @@ pub(super) fn stop_message() -> String {
 /// What the Rust part of a call left in `CallState::out`.
 #[derive(Clone, Copy)]
 enum Outcome {
-    /// A reply, in RESP2.
+    /// A reply, in the protocol the script chose (`redis.setresp`).
     Reply,
     /// An error reply's text.
     Error,
@@ -229,7 +234,14 @@ unsafe fn call_from_lua(state: *mut mlua::lua_State) -> Outcome {
             // script cannot run another one (EVAL from a script is refused), so these are the
             // only references while they live.
             (Some(r), Ok(req)) => unsafe {
-                call_command(&mut *r.stores, &mut *r.stats, &*r.eval, req, r.now)
+                call_command(
+                    &mut *r.stores,
+                    &mut *r.stats,
+                    &*r.eval,
+                    req,
+                    r.now,
+                    r.read_only,
+                )
             },
         };
         if is_escalate(&reply) {
@@ -245,7 +257,7 @@ unsafe fn call_from_lua(state: *mut mlua::lua_State) -> Outcome {
                 Outcome::Error
             }
             r => {
-                encode(&mut ReplyWriter::new(out, false), &r);
+                encode(&mut ReplyWriter::new(out, c.resp3.get()), &r);
                 Outcome::Reply
             }
         }
@@ -333,6 +345,7 @@ fn call_command(
     e: &Eval,
     req: Request,
     now: u64,
+    read_only: bool,
 ) -> Reply {
     let Some(spec) = lookup(req.name()) else {
         return Reply::err("ERR Unknown Redis command called from script");
@@ -344,7 +357,7 @@ fn call_command(
             Reply::Bulk(Bytes::from((us % 1_000_000).to_string())),
         ]);
     }
-    if e.read_only && spec.props.contains(Flags::WRITE) {
+    if read_only && spec.props.contains(Flags::WRITE) {
         return Reply::err("ERR Write commands are not allowed from read-only scripts.");
     }
     // Commands from scripts take inline limits only (no named rules), as they parse the same on

@@ -17,15 +17,25 @@
 //!
 //! This module holds the scripting commands' entries and parsing, the script that travels to a
 //! shard (`Eval`) and the node's cache of scripts; `engine` runs a script against a store,
-//! `lua_api` is what a script can call (`redis.call` and its state), `convert` turns values
-//! between Lua, RESP and replies, and `cjson` is the `cjson` library scripts see.
+//! `lua_api` is what a script can call (`redis.call` and its state), `redis_lib` the rest of
+//! the `redis` table, `convert` turns values between Lua, RESP and replies, `shebang` reads a
+//! script's `#!lua flags=...` line, and `cjson`, `bitop` (`bit`), `structlib` (`struct`) and
+//! `msgpack` (`cmsgpack`) are the libraries scripts see.
 
+mod bitop;
 mod cjson;
 mod convert;
 mod engine;
+mod lib_args;
 mod lua_api;
+mod msgpack;
+mod redis_lib;
+mod shebang;
+mod structlib;
 
 pub(crate) use engine::{check_compiles, eval, eval_in};
+pub(crate) use redis_lib::REDIS_VERSION;
+pub(crate) use shebang::{ScriptFlags, ShebangError};
 
 use super::keyed::KeyCmd;
 use super::table::{CommandSpec, Parser, command};
@@ -114,6 +124,15 @@ pub struct Eval {
     pub read_only: bool,
 }
 
+impl Eval {
+    /// What the script's `#!lua` line declares; the legacy rules (no flags) for a script
+    /// without one, or whose text has not been found yet (an EVALSHA before the connection
+    /// looks it up).
+    pub fn flags(&self) -> Result<ScriptFlags, ShebangError> {
+        shebang::read(&self.body).map(|(flags, _)| flags)
+    }
+}
+
 fn parse_eval(a: &mut Args, _: &RuleSet) -> Result<Parsed, ParseError> {
     parse_script_call(a, false, false)
 }
@@ -156,6 +175,7 @@ fn parse_script_call(a: &mut Args, by_sha: bool, read_only: bool) -> Result<Pars
             ))
             .into());
         }
+        shebang::read(&first).map_err(|e| ArgError::Msg(e.to_string()))?;
         (sha1_hex(&first), first)
     };
     // A script with no keys runs on any shard; with keys, on the one that owns the first
@@ -187,6 +207,7 @@ fn parse_script(a: &mut Args) -> Result<NodeCmd, ArgError> {
                     "ERR scripts are limited to {MAX_SCRIPT_BYTES} bytes"
                 )));
             }
+            shebang::read(&body).map_err(|e| msg(e.to_string()))?;
             ScriptCmd::Load(body)
         }
         "EXISTS" => {
