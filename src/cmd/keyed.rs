@@ -421,6 +421,10 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// Pairs: a RESP3 map, flattened into an array in RESP2 (HGETALL).
     Map(Vec<(Reply, Reply)>),
+    /// The null array: `*-1` in RESP2, null in RESP3 (LPOP with a count on a missing key).
+    NilArray,
+    /// A set: `~` in RESP3, an array in RESP2 (SMEMBERS).
+    Set(Vec<Reply>),
 }
 
 impl Reply {
@@ -687,6 +691,13 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
             for (k, v) in pairs {
                 encode(w, k);
                 encode(w, v);
+            }
+        }
+        Reply::NilArray => w.null_array(),
+        Reply::Set(items) => {
+            w.set(items.len());
+            for i in items {
+                encode(w, i);
             }
         }
     }
