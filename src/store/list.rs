@@ -441,10 +441,8 @@ impl List {
             self.remove_chunk(ci);
         } else if oversized(c) {
             self.split(ci);
-        } else if c.buf.len() < SMALL_CHUNK {
-            if !self.merge(ci) && ci > 0 {
-                self.merge(ci - 1);
-            }
+        } else if c.buf.len() < SMALL_CHUNK && !self.merge(ci) && ci > 0 {
+            self.merge(ci - 1);
         }
     }
 

@@ -136,10 +136,10 @@ impl MemberSet {
                 if i.len() <= MAX_INTSET {
                     return Ok(true);
                 }
-                self.to_table()?;
+                self.convert_to_table()?;
                 return Ok(true);
             }
-            self.to_table()?;
+            self.convert_to_table()?;
         }
         match &mut self.repr {
             Repr::Table(t) => t.insert(member),
@@ -192,7 +192,7 @@ impl MemberSet {
     }
 
     /// Converts an intset into a hashtable holding the same members in ascending order.
-    fn to_table(&mut self) -> Result<(), SetFull> {
+    fn convert_to_table(&mut self) -> Result<(), SetFull> {
         let Repr::Ints(ints) = &self.repr else {
             return Ok(());
         };
@@ -385,10 +385,10 @@ impl Table {
                 EMPTY => return None,
                 TOMB => {}
                 s => {
-                    if let Some((m, false, _)) = member_at(&self.arena, (s - 1) as usize) {
-                        if m == member {
-                            return Some(i);
-                        }
+                    if let Some((m, false, _)) = member_at(&self.arena, (s - 1) as usize)
+                        && m == member
+                    {
+                        return Some(i);
                     }
                 }
             }
