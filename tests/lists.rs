@@ -481,3 +481,42 @@ async fn a_huge_push_is_bounded_by_the_request_limits() {
     })
     .await
 }
+
+/// The list and set commands' COMMAND INFO entries: name, arity, flags, keys and ACL
+/// categories are Redis's.
+#[tokio::test]
+async fn list_and_set_commands_report_redis_command_entries() {
+    bounded(async {
+        let node = TestNode::start().await;
+        let redis = RealRedis::start().await;
+        let mut sb = SideBySide::connect(&node, &redis).await;
+        for name in [
+            "lpush",
+            "rpush",
+            "lpushx",
+            "rpushx",
+            "lpop",
+            "rpop",
+            "lindex",
+            "lrange",
+            "ltrim",
+            "llen",
+            "lset",
+            "lrem",
+            "linsert",
+            "lpos",
+            "sadd",
+            "srem",
+            "sismember",
+            "smismember",
+            "scard",
+            "smembers",
+        ] {
+            let (ours, theirs) = sb.both(&["COMMAND", "INFO", name]).await;
+            let (ours, theirs) = (&ours.as_array()[0], &theirs.as_array()[0]);
+            assert_eq!(ours.as_array()[..7], theirs.as_array()[..7], "{name}");
+        }
+        node.shutdown().await;
+    })
+    .await;
+}
