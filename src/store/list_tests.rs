@@ -150,7 +150,10 @@ fn small_elements_cost_little_more_than_their_bytes() {
         }
         // 20-byte elements: 21 bytes packed, plus room and chunk headers.
         let per = l.mem() as f64 / n as f64;
-        eprintln!("list of {n} 20-byte elements: {} bytes, {per:.2} an element", l.mem());
+        eprintln!(
+            "list of {n} 20-byte elements: {} bytes, {per:.2} an element",
+            l.mem()
+        );
         assert!(per < 25.0, "{n} elements: {per:.1} bytes each");
     }
 }

@@ -172,13 +172,20 @@ fn members_cost_little_more_than_their_bytes() {
         }
         assert_eq!(s.encoding(), "hashtable");
         let per = s.mem() as f64 / n as f64;
-        eprintln!("hashtable of {n} 20-byte members: {} bytes, {per:.2} a member", s.mem());
+        eprintln!(
+            "hashtable of {n} 20-byte members: {} bytes, {per:.2} a member",
+            s.mem()
+        );
         assert!(per < 32.0, "{n} members: {per:.1} bytes each");
         let mut ints = MemberSet::new();
         for i in 0..n.min(MAX_INTSET) {
             ints.add(i.to_string().as_bytes()).ok();
         }
         assert!(ints.mem() <= 2 * n.min(MAX_INTSET) * 9 / 8 + 16);
-        eprintln!("intset of {} small integers: {} bytes", n.min(MAX_INTSET), ints.mem());
+        eprintln!(
+            "intset of {} small integers: {} bytes",
+            n.min(MAX_INTSET),
+            ints.mem()
+        );
     }
 }
