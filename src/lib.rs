@@ -100,6 +100,8 @@ pub mod testing {
         ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
         encode as encode_reply, execute as execute_key_cmd,
     };
+    pub use crate::cmd::lists::ListOp;
+    pub use crate::cmd::sets::SetOp;
     pub use crate::cmd::{Parsed, parse as parse_command};
 
     // RESP on the wire.

@@ -14,8 +14,9 @@
 #![cfg(feature = "server")]
 
 use bucketd::testing::{
-    Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, LogEntry, LogId, Origin, OwnedValue,
-    Proposal, Record, Reply, SetCond, SetExpiry, SnapshotBody, TimeCmd, TypeConfig,
+    Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, ListOp, LogEntry, LogId, Origin,
+    OwnedValue, Proposal, Record, Reply, SetCond, SetExpiry, SetOp, SnapshotBody, TimeCmd,
+    TypeConfig,
 };
 
 use bucketd::limiter::cell::CellArgs;
@@ -413,6 +414,102 @@ fn every_hash_op_keeps_its_encoding() {
     check("HashOp", GOLDEN_HASH_OP, actual);
 }
 
+fn every_list_op() -> Vec<(&'static str, ListOp)> {
+    vec![
+        ("Card", ListOp::Card),
+        (
+            "Push",
+            ListOp::Push {
+                head: true,
+                existing: false,
+                items: vec![b("a"), b("b")],
+            },
+        ),
+        (
+            "Pop",
+            ListOp::Pop {
+                head: false,
+                count: Some(3),
+            },
+        ),
+        ("Index", ListOp::Index(Some(-1))),
+        ("Range", ListOp::Range { start: 0, stop: -1 }),
+        ("Trim", ListOp::Trim { start: 1, stop: 5 }),
+        (
+            "Set",
+            ListOp::Set {
+                index: None,
+                value: b("v"),
+            },
+        ),
+        (
+            "Rem",
+            ListOp::Rem {
+                count: -2,
+                value: b("v"),
+            },
+        ),
+        (
+            "Insert",
+            ListOp::Insert {
+                after: true,
+                pivot: b("p"),
+                value: b("v"),
+            },
+        ),
+        (
+            "Pos",
+            ListOp::Pos {
+                value: b("v"),
+                rank: -2,
+                count: Some(0),
+                maxlen: 10,
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_list_op_keeps_its_encoding() {
+    let actual = every_list_op()
+        .iter()
+        .map(|(name, op)| {
+            let cmd = KeyCmd::List {
+                key: b("l"),
+                op: op.clone(),
+            };
+            (*name, encode(&cmd))
+        })
+        .collect();
+    check("ListOp", GOLDEN_LIST_OP, actual);
+}
+
+fn every_set_op() -> Vec<(&'static str, SetOp)> {
+    vec![
+        ("Card", SetOp::Card),
+        ("Add", SetOp::Add(vec![b("a"), b("1")])),
+        ("Rem", SetOp::Rem(vec![b("a")])),
+        ("IsMember", SetOp::IsMember(b("a"))),
+        ("MIsMember", SetOp::MIsMember(vec![b("a"), b("b")])),
+        ("Members", SetOp::Members),
+    ]
+}
+
+#[test]
+fn every_set_op_keeps_its_encoding() {
+    let actual = every_set_op()
+        .iter()
+        .map(|(name, op)| {
+            let cmd = KeyCmd::Members {
+                key: b("s"),
+                op: op.clone(),
+            };
+            (*name, encode(&cmd))
+        })
+        .collect();
+    check("SetOp", GOLDEN_SET_OP, actual);
+}
+
 #[test]
 fn every_key_cmd_keeps_its_encoding() {
     let actual = every_key_cmd()
@@ -490,6 +587,7 @@ fn every_reply() -> Vec<(&'static str, Reply)> {
         ("Bool", Reply::Bool(true)),
         ("BigNumber", Reply::BigNumber(b("12345678901234567890"))),
         ("Verbatim", Reply::Verbatim(*b"txt", b("hi"))),
+        ("NilArray", Reply::NilArray),
     ]
 }
 
@@ -719,6 +817,27 @@ const GOLDEN_HASH_OP: &[(&str, &str)] = &[
     ("StrLen", "2201680d0166"),
 ];
 
+const GOLDEN_LIST_OP: &[(&str, &str)] = &[
+    ("Card", "25016c00"),
+    ("Push", "25016c0101000201610162"),
+    ("Pop", "25016c02000103"),
+    ("Index", "25016c030101"),
+    ("Range", "25016c040001"),
+    ("Trim", "25016c05020a"),
+    ("Set", "25016c06000176"),
+    ("Rem", "25016c07030176"),
+    ("Insert", "25016c080101700176"),
+    ("Pos", "25016c0901760301000a"),
+];
+const GOLDEN_SET_OP: &[(&str, &str)] = &[
+    ("Card", "26017300"),
+    ("Add", "260173010201610131"),
+    ("Rem", "26017302010161"),
+    ("IsMember", "260173030161"),
+    ("MIsMember", "260173040201610162"),
+    ("Members", "26017305"),
+];
+
 const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Ok", "00"),
     ("Nil", "01"),
@@ -741,6 +860,7 @@ const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Bool", "0c01"),
     ("BigNumber", "0d143132333435363738393031323334353637383930"),
     ("Verbatim", "0e747874026869"),
+    ("NilArray", "0f"),
 ];
 const GOLDEN_LOG: &[(&str, &str)] = &[
     ("Origin", "fbedfe09"),

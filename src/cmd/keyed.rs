@@ -456,6 +456,8 @@ pub enum Reply {
     BigNumber(Bytes),
     /// A RESP3 verbatim string: its three-byte format and its text; a bulk string in RESP2.
     Verbatim([u8; 3], Bytes),
+    /// The null array: `*-1` in RESP2, null in RESP3 (LPOP with a count on a missing key).
+    NilArray,
 }
 
 impl Reply {
@@ -727,6 +729,7 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
                 encode(w, v);
             }
         }
+        Reply::NilArray => w.null_array(),
         Reply::Set(items) => {
             w.set(items.len());
             for i in items {

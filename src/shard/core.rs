@@ -28,14 +28,15 @@ pub enum Outcome {
 /// Roughly how many bytes a reply takes on the wire; what the reply budget counts.
 pub(super) fn reply_bytes(r: &Reply) -> usize {
     match r {
-        Reply::Ok | Reply::Nil | Reply::Int(_) | Reply::Bool(_) => 16,
+        Reply::Ok | Reply::Nil | Reply::NilArray | Reply::Int(_) | Reply::Bool(_) => 16,
         Reply::Bulk(b) | Reply::Double(b) | Reply::BigNumber(b) => b.len() + 16,
         Reply::Verbatim(_, b) => b.len() + 20,
-        Reply::Set(items) => 16 + items.iter().map(reply_bytes).sum::<usize>(),
         Reply::Simple(s) | Reply::Error(s) => s.len() + 3,
         Reply::Limit(_) => 64,
         Reply::LimitAll(_, each) => 64 + 64 * each.len(),
-        Reply::Array(items) => 16 + items.iter().map(reply_bytes).sum::<usize>(),
+        Reply::Array(items) | Reply::Set(items) => {
+            16 + items.iter().map(reply_bytes).sum::<usize>()
+        }
         Reply::Map(pairs) => {
             16 + pairs
                 .iter()

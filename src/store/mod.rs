@@ -22,10 +22,13 @@ mod record;
 mod set;
 mod table;
 mod usage;
+mod varint;
 mod zset;
 
 pub(crate) use coll::Coll;
+pub(crate) use list::List;
 pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
+pub(crate) use set::{MemberSet, SetFull};
 pub use table::{Slot, Store};
 pub(crate) use usage::{Caps, Encodings, StoreFull};
 
