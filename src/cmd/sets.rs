@@ -12,7 +12,7 @@ use super::table::{CommandSpec, Parser, command};
 use super::{ParseError, Parsed};
 use crate::protocol::Args;
 use crate::rules::RuleSet;
-use crate::store::{Coll, MemberSet, SetFull, Slot, Store, StoreFull, Value};
+use crate::store::{Coll, Encodings, MemberSet, SetFull, Slot, Store, StoreFull, Value};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -190,10 +190,11 @@ fn add(store: &mut Store, key: &[u8], ms: &[Bytes], now: u64) -> Reply {
     if store.usage.caps.memory_full() {
         return Reply::err(OOM);
     }
+    let max_intset = Encodings::get(&store.usage.caps.encodings.set_max_intset_entries);
     let add_all = |s: &mut MemberSet| -> Result<usize, SetFull> {
         let mut added = 0;
         for m in ms {
-            added += usize::from(s.add(m)?);
+            added += usize::from(s.add(m, max_intset)?);
         }
         Ok(added)
     };

@@ -126,14 +126,15 @@ impl MemberSet {
         }
     }
 
-    /// Adds `member`; true if it was not there.
-    pub fn add(&mut self, member: &[u8]) -> Result<bool, SetFull> {
+    /// Adds `member`; true if it was not there. An intset of more than `max_intset` members
+    /// (`set-max-intset-entries`) becomes a hashtable.
+    pub fn add(&mut self, member: &[u8], max_intset: usize) -> Result<bool, SetFull> {
         if let Repr::Ints(i) = &mut self.repr {
             if let Some(v) = as_int(member) {
                 if !i.insert(v) {
                     return Ok(false);
                 }
-                if i.len() <= MAX_INTSET {
+                if i.len() <= max_intset {
                     return Ok(true);
                 }
                 self.convert_to_table()?;
@@ -186,7 +187,7 @@ impl MemberSet {
         }
         for m in members {
             // The members fitted in a set before, so they fit again.
-            let _ = s.add(m);
+            let _ = s.add(m, MAX_INTSET);
         }
         s
     }

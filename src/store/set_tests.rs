@@ -68,7 +68,7 @@ fn integers_stay_an_intset_in_ascending_order_up_to_512() {
                 assert_eq!(s.remove(&m), want.remove(&v));
             } else {
                 let was_intset = s.encoding() == "intset";
-                assert_eq!(s.add(&m), Ok(want.insert(v)));
+                assert_eq!(s.add(&m, MAX_INTSET), Ok(want.insert(v)));
                 if was_intset && want.len() <= MAX_INTSET {
                     assert_eq!(s.encoding(), "intset");
                 }
@@ -90,18 +90,18 @@ fn integers_stay_an_intset_in_ascending_order_up_to_512() {
 fn the_513th_integer_makes_a_hashtable_and_it_stays_one() {
     let mut s = MemberSet::new();
     for i in 0..512 {
-        assert_eq!(s.add(i.to_string().as_bytes()), Ok(true));
+        assert_eq!(s.add(i.to_string().as_bytes(), MAX_INTSET), Ok(true));
     }
     assert_eq!(s.encoding(), "intset");
-    assert_eq!(s.add(b"511"), Ok(false));
+    assert_eq!(s.add(b"511", MAX_INTSET), Ok(false));
     assert_eq!(s.encoding(), "intset");
-    assert_eq!(s.add(b"-7"), Ok(true));
+    assert_eq!(s.add(b"-7", MAX_INTSET), Ok(true));
     assert_eq!(s.encoding(), "hashtable");
     assert!(s.remove(b"-7") && s.remove(b"0"));
     assert_eq!(s.encoding(), "hashtable");
     let mut t = MemberSet::new();
-    t.add(b"5").ok();
-    t.add(b"05").ok();
+    t.add(b"5", MAX_INTSET).ok();
+    t.add(b"05", MAX_INTSET).ok();
     assert_eq!(t.encoding(), "hashtable");
     assert_eq!(t.to_owned_members(), vec![b"5".to_vec(), b"05".to_vec()]);
 }
@@ -124,7 +124,7 @@ fn random_strings_match_an_ordered_oracle() {
             } else {
                 let new = !want.contains(&m);
                 let was_intset = s.encoding() == "intset";
-                assert_eq!(s.add(&m), Ok(new));
+                assert_eq!(s.add(&m, MAX_INTSET), Ok(new));
                 if new {
                     want.push(m.clone());
                 }
@@ -168,7 +168,7 @@ fn members_cost_little_more_than_their_bytes() {
     for n in [100usize, 10_000] {
         let mut s = MemberSet::new();
         for i in 0..n {
-            s.add(format!("member-{i:013}").as_bytes()).ok();
+            s.add(format!("member-{i:013}").as_bytes(), MAX_INTSET).ok();
         }
         assert_eq!(s.encoding(), "hashtable");
         let per = s.mem() as f64 / n as f64;
@@ -179,7 +179,7 @@ fn members_cost_little_more_than_their_bytes() {
         assert!(per < 32.0, "{n} members: {per:.1} bytes each");
         let mut ints = MemberSet::new();
         for i in 0..n.min(MAX_INTSET) {
-            ints.add(i.to_string().as_bytes()).ok();
+            ints.add(i.to_string().as_bytes(), MAX_INTSET).ok();
         }
         assert!(ints.mem() <= 2 * n.min(MAX_INTSET) * 9 / 8 + 16);
         eprintln!(
