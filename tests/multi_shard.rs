@@ -111,6 +111,13 @@ async fn scripts_over_keys_of_several_shards_answer_as_on_redis() {
         ])
         .await;
         sb.same(&["EVAL", "return redis.call('DBSIZE')", "0"]).await;
+        // SCAN from a script walks every shard with the cursor a client's SCAN has.
+        let walk = "local c, out = '0', {} repeat \
+                      local r = redis.call('SCAN', c, 'MATCH', ARGV[1], 'COUNT', 3) \
+                      c = r[1] for _, k in ipairs(r[2]) do out[#out + 1] = k end \
+                    until c == '0' table.sort(out) return out";
+        sb.same(&["EVAL", walk, "0", "*"]).await;
+        sb.same(&["EVAL", walk, "1", &k[2], "count*"]).await;
         same_keyspace(&mut sb).await;
         node.shutdown().await;
     })

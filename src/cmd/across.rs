@@ -11,6 +11,7 @@
 //! did, and pay nothing for this.
 
 use super::keyed::{ExecStats, KeyCmd, MAX_REPLY_BYTES, Reply, TOO_LARGE, execute};
+use super::scan::{Cursor, ScanCmd, scan_reply};
 use crate::slot::key_slot;
 use crate::store::Store;
 
@@ -151,6 +152,31 @@ impl<'a> Stores<'a> {
                 }
             }
         }
+    }
+
+    /// SCAN from a script: over every shard, with the cursor a client's SCAN has.
+    pub(crate) fn scan(&mut self, scan: &ScanCmd, now: u64, st: &mut ExecStats) -> Reply {
+        if !self.every {
+            return Reply::err(ESCALATE);
+        }
+        let n = self.held.iter().map(|(s, _)| s + 1).max().unwrap_or(0);
+        let mut at = Cursor::of(scan.cursor);
+        let (mut examined, mut keys) = (0u64, Vec::new());
+        while at.shard < n && examined < scan.count {
+            let Some((_, store)) = self.held.iter_mut().find(|(s, _)| *s == at.shard) else {
+                at = Cursor {
+                    shard: at.shard + 1,
+                    from: 0,
+                };
+                continue;
+            };
+            let reply = execute(store, &at.step_cmd(scan, examined), now, st);
+            match at.advance(reply, &mut keys) {
+                Ok(seen) => examined += seen,
+                Err(e) => return Reply::err(e),
+            }
+        }
+        scan_reply(at.wire(n), keys)
     }
 
     /// A command whose keys are in several held stores.

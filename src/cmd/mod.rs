@@ -60,7 +60,7 @@ pub(crate) use keyed::{
 pub(crate) use keyed::{SetCond, SetExpiry};
 pub(crate) use packed::{commands, slicing};
 pub(crate) use rules::RuleCmd;
-pub(crate) use scan::ScanCmd;
+pub(crate) use scan::{Cursor, ScanCmd, scan_reply};
 pub(crate) use script::{
     Eval, MAX_SCRIPT_BYTES, REDIS_VERSION, ScriptCache, ScriptCmd, ShebangError, check_compiles,
     eval_in, sha1_hex,

@@ -2,13 +2,15 @@
 //! with it), and the step of it each shard runs. The cursor names a shard in its top bits and
 //! the shard store's scan position below.
 
+use super::keyed::{KeyCmd, Reply};
 use super::table::{CommandSpec, Parser, command};
-use super::{NodeCmd, keyed::Reply, keyspace, msg};
+use super::{NodeCmd, keyspace, msg};
 use crate::protocol::{ArgError, Args};
-use crate::store::Store;
+use crate::store::{SCAN_POSITION_BITS, Store};
 use bytes::Bytes;
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]
+#[derive(Debug, Clone)]
 pub struct ScanCmd {
     pub cursor: u64,
     /// At least 1.
@@ -16,6 +18,77 @@ pub struct ScanCmd {
     /// None: every key (a pattern of `*` is None too).
     pub pattern: Option<Bytes>,
     pub type_name: Option<Bytes>,
+}
+
+/// Where a node-wide SCAN is: the shard it is in, in the cursor's top bits, and the shard
+/// store's scan position below them, so a scan walks the shards in order and each shard's
+/// keys in the order of their hash (see `Store::scan` for the guarantee).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub shard: usize,
+    pub from: u64,
+}
+
+impl Cursor {
+    pub(crate) fn of(cursor: u64) -> Cursor {
+        Cursor {
+            shard: usize::try_from(cursor >> SCAN_POSITION_BITS).unwrap_or(usize::MAX),
+            from: cursor & ((1u64 << SCAN_POSITION_BITS) - 1),
+        }
+    }
+
+    /// The cursor a client is given: 0 once every one of `shards` is done.
+    pub(crate) fn wire(self, shards: usize) -> u64 {
+        if self.shard >= shards {
+            0
+        } else {
+            ((self.shard as u64) << SCAN_POSITION_BITS) | self.from
+        }
+    }
+
+    /// The next step on the current shard (`examined` keys so far of `scan.count`).
+    pub(crate) fn step_cmd(self, scan: &ScanCmd, examined: u64) -> KeyCmd {
+        KeyCmd::Scan {
+            from: self.from,
+            count: scan.count - examined,
+            pattern: scan.pattern.clone(),
+            type_name: scan.type_name.clone(),
+        }
+    }
+
+    /// Takes a shard's answer to `step_cmd`: moves on (to the next shard once this one is
+    /// done), adds its keys to `keys`, and returns how many keys it examined.
+    pub(crate) fn advance(
+        &mut self,
+        reply: Reply,
+        keys: &mut Vec<Reply>,
+    ) -> Result<u64, &'static str> {
+        let Reply::Array(mut parts) = reply else {
+            return Err("ERR internal error: missing scan reply");
+        };
+        let (Some(Reply::Array(found)), Some(Reply::Int(seen)), Some(Reply::Int(next))) =
+            (parts.pop(), parts.pop(), parts.pop())
+        else {
+            return Err("ERR internal error: malformed scan reply");
+        };
+        keys.extend(found);
+        match u64::try_from(next) {
+            Ok(pos) => self.from = pos,
+            Err(_) => {
+                self.shard += 1;
+                self.from = 0;
+            }
+        }
+        Ok(seen.unsigned_abs())
+    }
+}
+
+/// SCAN's reply: the next cursor, as a bulk string, and the keys.
+pub(crate) fn scan_reply(next: u64, keys: Vec<Reply>) -> Reply {
+    Reply::Array(vec![
+        Reply::Bulk(Bytes::from(next.to_string())),
+        Reply::Array(keys),
+    ])
 }
 
 pub(super) const COMMANDS: &[CommandSpec] = &[command! {

@@ -388,6 +388,14 @@ fn call_command(
         Ok(Parsed::Node(_, Ok(NodeCmd::Server(ServerCmd::DbSize)))) if !declared_only => {
             KeyCmd::DbSize
         }
+        Ok(Parsed::Node(_, Ok(NodeCmd::Scan(scan)))) if !declared_only => {
+            let reply = stores.scan(&scan, now, stats);
+            return if is_escalate(&reply) && stores.wrote {
+                Reply::err(NEEDS_NODE)
+            } else {
+                reply
+            };
+        }
         Ok(Parsed::Node(..)) => {
             return Reply::err("ERR This Redis command is not allowed from script");
         }
