@@ -28,6 +28,8 @@ impl Flags {
     /// replies are encoded or whether later commands may run (HELLO, AUTH, SELECT, QUIT,
     /// RESET), or it reads or clears every shard (DBSIZE, FLUSHALL, KEYS, SCAN).
     pub const BARRIER: Flags = Flags(1 << 3);
+    /// May grow memory (Redis's `denyoom`).
+    pub const DENYOOM: Flags = Flags(1 << 4);
 
     pub const fn contains(self, f: Flags) -> bool {
         self.0 & f.0 == f.0
@@ -45,6 +47,8 @@ impl Flags {
                 bits |= Flags::WRITE.0;
             } else if eq(n, b"readonly") {
                 bits |= Flags::READONLY.0;
+            } else if eq(n, b"denyoom") {
+                bits |= Flags::DENYOOM.0;
             }
             i += 1;
         }
@@ -98,6 +102,13 @@ pub struct CommandSpec {
 impl CommandSpec {
     pub const fn is_no_auth(&self) -> bool {
         self.props.contains(Flags::NO_AUTH)
+    }
+
+    /// Refused at `maxmemory`, as Redis refuses its `denyoom` commands: the commands that
+    /// grow a sorted set, list or set. (A full node still admits every command on the keys it
+    /// holds otherwise: a live bucket is never refused.)
+    pub fn refused_when_full(&self) -> bool {
+        self.props.contains(Flags::DENYOOM) && matches!(self.group, "list" | "set" | "sorted_set")
     }
 
     pub const fn is_barrier(&self) -> bool {

@@ -380,6 +380,17 @@ impl Conn {
                 self.refuse(is_exec, &why);
                 continue;
             }
+            // As in Redis, a transaction takes no command that would grow memory at its cap.
+            if self.txn.is_some()
+                && self.ses.node.live.caps.memory_full()
+                && cmd::lookup(req.name()).is_some_and(|c| c.refused_when_full())
+            {
+                self.refuse(
+                    false,
+                    "OOM command not allowed when used memory > 'maxmemory'.",
+                );
+                continue;
+            }
             let wire_len = req.wire_len();
             let named = named_rules(&req);
             let mut parsed = cmd::parse(req, &rules);
