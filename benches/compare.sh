@@ -5,6 +5,7 @@
 #   QUICK=1 bash benches/compare.sh      # smoke run (under 2 minutes)
 #   bash benches/compare.sh cluster      # cluster mode (about 15 minutes; QUICK=1 works too)
 #   bash benches/compare.sh rls          # Envoy rate limit service, gRPC vs RESP (about 4 minutes)
+#   bash benches/compare.sh zlog         # a sliding log on sorted sets (about 10 minutes)
 #
 # Starts its own redis-server and bucketd on free loopback ports, pins each server to the same
 # single core and redis-benchmark to the other, alternates the two servers run by run, and prints
@@ -20,6 +21,12 @@
 # BK.CHECK / BK.CHECKALL, with 1 and 3 descriptors, from examples/rls_load.rs; besides calls/s
 # and latency it reports the server's CPU time per call. Its report goes to $OUT (default
 # /tmp/bucketd-compare-rls.md).
+#
+# Sliding-log mode (the argument `zlog`, see benches/zlog.sh) drives Redis, bucketd `--shards 1`
+# and `--shards 2` with a Tyk-style sliding log (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE as one
+# MULTI/EXEC or one EVALSHA) from examples/zlog_load.rs, compares the memory each holds per
+# logged request, and runs a script over keys of two shards of one node against the same script
+# on one shard. Its report goes to $OUT (default /tmp/bucketd-compare-zlog.md).
 #
 # Settings (environment): ROUNDS, N_P1, N_P16, CLIENTS, KEYSPACE, MEM_KEYS, RUN_TIMEOUT, OUT,
 # CALLGRIND (1, the default: also count instructions per request with valgrind), CG_REQUESTS,
@@ -41,8 +48,9 @@ case $MODE in
 standalone) DEFAULT_OUT=/tmp/bucketd-compare.md DEFAULT_RUN_TIMEOUT=120 ;;
 cluster) DEFAULT_OUT=/tmp/bucketd-compare-cluster.md DEFAULT_RUN_TIMEOUT=300 ;;
 rls) DEFAULT_OUT=/tmp/bucketd-compare-rls.md DEFAULT_RUN_TIMEOUT=120 ;;
+zlog) DEFAULT_OUT=/tmp/bucketd-compare-zlog.md DEFAULT_RUN_TIMEOUT=120 ;;
 *)
-    echo "usage: bash benches/compare.sh [standalone|cluster|rls]" >&2
+    echo "usage: bash benches/compare.sh [standalone|cluster|rls|zlog]" >&2
     exit 2
     ;;
 esac
@@ -118,6 +126,11 @@ if [[ $MODE == rls ]]; then
     log "building bucketd and its load generator (cargo build --release --bin bucketd --example rls_load)"
     (cd "$ROOT" && cargo build --release --bin bucketd --example rls_load >&2)
     LOADGEN="$TARGET/examples/rls_load"
+    [[ -x $LOADGEN ]] || die "no load generator at $LOADGEN"
+elif [[ $MODE == zlog ]]; then
+    log "building bucketd and its load generator (cargo build --release --bin bucketd --example zlog_load)"
+    (cd "$ROOT" && cargo build --release --bin bucketd --example zlog_load >&2)
+    LOADGEN="$TARGET/examples/zlog_load"
     [[ -x $LOADGEN ]] || die "no load generator at $LOADGEN"
 else
     log "building bucketd (cargo build --release)"
@@ -344,6 +357,11 @@ fi
 if [[ $MODE == rls ]]; then
     # shellcheck source=benches/rls.sh
     source "$BENCHES/rls.sh"
+    exit 0
+fi
+if [[ $MODE == zlog ]]; then
+    # shellcheck source=benches/zlog.sh
+    source "$BENCHES/zlog.sh"
     exit 0
 fi
 
