@@ -53,6 +53,17 @@ async fn a_script_runs_alike_on_every_replica_and_the_next_leader_goes_on_from_i
             matches!(&r, Resp::Error(e) if e.contains("not declared in KEYS")),
             "{r:?}"
         );
+        // A script that says it cannot run on a cluster is refused, as Redis Cluster does.
+        let (r, _) = client
+            .call(
+                &["EVAL", "#!lua flags=no-cluster\nreturn 1", "1", KEY],
+                SERVE,
+            )
+            .await;
+        assert_eq!(
+            r,
+            Resp::Error("ERR Can not run script on cluster, 'no-cluster' flag is set.".into())
+        );
         // Every replica ran the same script at the same entry times: the same hash.
         let want = c.local(leader, &["HGETALL", KEY]).await;
         for id in c.ids() {
