@@ -109,10 +109,21 @@ BD2_PID=$STARTED_PID
 log "redis-server pid $REDIS_PID port $REDIS_PORT; bucketd --shards 1 pid $BD1_PID port" \
     "$BD1_PORT; bucketd --shards 2 pid $BD2_PID port $BD2_PORT"
 
+# A build without sorted sets still runs the two-shard script; its sliding-log runs and fills
+# are left out, and the report says so.
+BD_ZSETS=yes
+reply=$(cli "$REDIS_PORT" ZADD zlog:check 1 m 2>&1)
+[[ $reply == 1 ]] || die "Redis answered ZADD with '$reply'"
+reply=$(cli "$BD1_PORT" ZADD zlog:check 1 m 2>&1)
+if [[ $reply != 1 ]]; then
+    BD_ZSETS=no
+    log "bucketd answered ZADD with '$reply': its sliding-log runs are left out"
+fi
 for port in "$REDIS_PORT" "$BD1_PORT" "$BD2_PORT"; do
-    reply=$(cli "$port" ZADD zlog:check 1 m 2>&1)
-    [[ $reply == 1 ]] || die "port $port answered ZADD with '$reply': no sorted sets there yet"
-    for mode in multi script incr2; do smoke "$port" --mode "$mode"; done
+    if [[ $port == "$REDIS_PORT" || $BD_ZSETS == yes ]]; then
+        for mode in multi script; do smoke "$port" --mode "$mode"; done
+    fi
+    smoke "$port" --mode incr2
 done
 # The two-shard script's keys: slot % 2 is the shard of a key on a node of two shards.
 shard_of() { echo $(($(cli "$BD2_PORT" CLUSTER KEYSLOT "$1") % 2)); }
@@ -138,6 +149,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
         for form in multi script; do
             for s in "${order[@]}"; do
                 read -r name pid port <<<"$s"
+                [[ $name == redis || $BD_ZSETS == yes ]] || continue
                 zlog_run "$name:$form" "$pid" "$port" "$pipe" "$round" --mode "$form"
             done
         done
@@ -215,6 +227,7 @@ for shape in $ZLOG_FILLS; do
     start_redis "$REDIS_PORT"
     fill Redis "$REDIS_PORT" "$STARTED_PID" "$keys" "$entries"
     stop_server "$STARTED_PID"
+    [[ $BD_ZSETS == yes ]] || continue
     BD1_PORT=$(free_ports 1)
     start_bucketd "$BD1_PORT" 1 yes
     fill bucketd "$BD1_PORT" "$STARTED_PID" "$keys" "$entries"
@@ -253,6 +266,8 @@ A request, for a random log at the generator's time t (ms):
 \`ZREMRANGEBYSCORE key -inf t-window\`, \`ZADD key t t-counter\`, \`ZCARD key\`,
 \`EXPIRE key window_s\`; "multi" sends them as MULTI..EXEC, "script" as EVALSHA of a script doing
 the same (examples/zlog_load.rs).
+
+$([[ $BD_ZSETS == yes ]] || echo "This bucketd answered ZADD with an error (no sorted sets): only Redis ran the sliding log.")
 
 ## Throughput and CPU per request: bucketd \`--shards 1\` against Redis
 
