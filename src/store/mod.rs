@@ -28,6 +28,7 @@ pub(crate) use coll::Coll;
 pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub use table::{Slot, Store};
 pub(crate) use usage::{Caps, StoreFull};
+pub(crate) use zset::ZSet;
 
 use table::PARTITIONS;
 
@@ -323,14 +324,22 @@ mod tests {
         assert_eq!(records[0].expires_at, 100);
         // Replaced by a counter: the collection's bytes go back.
         put(&mut s, b"l", Value::Int(1), 0, 0).unwrap();
-        assert!(s.usage.bytes < base - mem + 30, "{} {}", s.usage.bytes, base);
+        assert!(
+            s.usage.bytes < base - mem + 30,
+            "{} {}",
+            s.usage.bytes,
+            base
+        );
         s.remove(b"l", 0);
         assert_eq!(s.usage.bytes, 0);
         // Imported, then expired on access, then by the sweep.
         let mut t = Store::new(0, 0);
         t.import(&records, |_| true);
         assert_eq!(t.usage.bytes, base);
-        assert!(matches!(t.get(b"l", 50).map(|e| e.value), Some(Value::Coll(_))));
+        assert!(matches!(
+            t.get(b"l", 50).map(|e| e.value),
+            Some(Value::Coll(_))
+        ));
         assert!(t.get(b"l", 100).is_none());
         assert!(matches!(t.slot(b"l", 100), Slot::Empty(_)));
         assert_eq!(t.usage.bytes, 0);

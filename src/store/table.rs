@@ -143,7 +143,8 @@ impl<'a> LiveEntry<'a> {
 
     /// The collection under the key, if it holds one.
     pub fn coll(&self) -> Option<&Coll> {
-        self.colls.get(coll_id(self.arena, *self.entry.get() as usize)?)
+        self.colls
+            .get(coll_id(self.arena, *self.entry.get() as usize)?)
     }
 
     /// Runs `f` on the collection under the key, in place, and accounts the change in its
