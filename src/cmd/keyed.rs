@@ -12,6 +12,7 @@
 use super::hashes::{self, HashOp};
 use super::lists::{self, ListOp};
 use super::sets::{self, SetOp};
+use super::zscore::format_score;
 use super::zsets::{self, ZOp};
 use super::{cell, concurrency, expiry, keyspace, limits, packed, scan, server, strings};
 use crate::limiter::CellArgs;
@@ -421,6 +422,12 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// Pairs: a RESP3 map, flattened into an array in RESP2 (HGETALL).
     Map(Vec<(Reply, Reply)>),
+    /// A score (`f64::to_bits`): a RESP3 double, a bulk string in RESP2, printed as Redis
+    /// prints one (`%.17g`, `inf`, `-inf`).
+    Double(u64),
+    /// Members with their scores (ZRANGE ... WITHSCORES, ZPOPMIN with a count): in RESP3 an
+    /// array of [member, double] pairs, in RESP2 one flat array of members and scores.
+    Scored(Vec<(Bytes, u64)>),
 }
 
 impl Reply {
@@ -687,6 +694,21 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
             for (k, v) in pairs {
                 encode(w, k);
                 encode(w, v);
+            }
+        }
+        Reply::Double(bits) => w.double(&format_score(f64::from_bits(*bits))),
+        Reply::Scored(pairs) => {
+            if w.resp3 {
+                w.array(pairs.len());
+            } else {
+                w.array(pairs.len() * 2);
+            }
+            for (member, score) in pairs {
+                if w.resp3 {
+                    w.array(2);
+                }
+                w.bulk(member);
+                w.double(&format_score(f64::from_bits(*score)));
             }
         }
     }

@@ -430,7 +430,9 @@ pub(super) fn get(store: &Store, key: &[u8], now: u64) -> Reply {
         None => Reply::Nil,
         Some(Value::Str(s)) => Reply::Bulk(Bytes::copy_from_slice(s)),
         Some(Value::Int(v)) => Reply::Bulk(Bytes::from(v.to_string())),
-        Some(Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) | Value::Coll(_)) => Reply::err(WRONGTYPE),
+        Some(Value::Bucket(_) | Value::Semaphore(_) | Value::Hash(_) | Value::Coll(_)) => {
+            Reply::err(WRONGTYPE)
+        }
     }
 }
 

@@ -7,8 +7,8 @@
 
 use super::NodeCmd;
 use super::{
-    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, hashes, keyspace, limits, lists, sets, zsets,
-    rules, scan, script, server, strings, transactions,
+    ParseError, Parsed, cell, cluster, concurrency, connection, expiry, hashes, keyspace, limits,
+    lists, rules, scan, script, server, sets, strings, transactions, zsets,
 };
 use crate::protocol::{ArgError, Args, ReplyWriter};
 use crate::rules::RuleSet;

@@ -198,6 +198,17 @@ impl<'a> ReplyWriter<'a> {
         self.buf.extend_from_slice(b"\r\n");
     }
 
+    /// A double, given as its text: `,` in RESP3, a bulk string in RESP2.
+    pub fn double(&mut self, text: &str) {
+        if self.resp3 {
+            self.buf.push(b',');
+            self.buf.extend_from_slice(text.as_bytes());
+            self.buf.extend_from_slice(b"\r\n");
+        } else {
+            self.bulk(text.as_bytes());
+        }
+    }
+
     /// The null reply: `$-1` in RESP2, `_` in RESP3.
     pub fn null(&mut self) {
         if self.resp3 {

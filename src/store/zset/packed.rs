@@ -1,9 +1,10 @@
 //! A small sorted set as one contiguous buffer, what Redis calls a listpack: entries in order
 //! of (score, member), each `score | member length (LEB128) | member`.
 //!
-//! A score that is a whole number of magnitude below 2^53 (and not -0) is written as a
-//! LEB128 of `zigzag(n) << 1`, so a small count takes one byte and a millisecond timestamp
-//! seven; any other score is the byte 1 then its eight bytes, little-endian. Every operation
+//! A score that is a whole number of magnitude below 2^53 is written as a LEB128 of
+//! `zigzag(n) << 1`, so a small count takes one byte and a millisecond timestamp seven; any
+//! other score is the byte 1 then its eight bytes, little-endian. As in a listpack, where
+//! Redis writes whole scores as integers, -0 is kept as 0. Every operation
 //! walks the buffer, which holds at most `MAX_ENTRIES` members of at most `MAX_VALUE` bytes.
 //!
 //! The buffer is grown and shrunk to fit exactly, as a listpack is reallocated at every
@@ -54,8 +55,7 @@ fn get_varint(buf: &[u8], at: &mut usize) -> Option<u64> {
 }
 
 fn encode(out: &mut Vec<u8>, score: f64, member: &[u8]) {
-    let whole = score.fract() == 0.0 && score.abs() < INT_LIMIT;
-    if whole && score.to_bits() != (-0.0f64).to_bits() {
+    if score.fract() == 0.0 && score.abs() < INT_LIMIT {
         let n = score as i64;
         let zigzag = ((n << 1) ^ (n >> 63)) as u64;
         put_varint(out, zigzag << 1);
