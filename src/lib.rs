@@ -100,6 +100,7 @@ pub mod testing {
         ExecStats, ExpireCond, GetExOpt, KeyCmd, Reply, SetCond, SetExpiry, TimeCmd,
         encode as encode_reply, execute as execute_key_cmd,
     };
+    pub use crate::cmd::zsets::{AddFlags, LexBound, LexRange, RangeBy, ScoreRange, ZOp};
     pub use crate::cmd::{Parsed, parse as parse_command};
 
     // RESP on the wire.

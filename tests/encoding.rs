@@ -14,8 +14,9 @@
 #![cfg(feature = "server")]
 
 use bucketd::testing::{
-    Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, LogEntry, LogId, Origin, OwnedValue,
-    Proposal, Record, Reply, SetCond, SetExpiry, SnapshotBody, TimeCmd, TypeConfig,
+    AddFlags, Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, LexBound, LexRange, LogEntry,
+    LogId, Origin, OwnedValue, Proposal, RangeBy, Record, Reply, ScoreRange, SetCond, SetExpiry,
+    SnapshotBody, TimeCmd, TypeConfig, ZOp,
 };
 
 use bucketd::limiter::cell::CellArgs;
@@ -485,7 +486,111 @@ fn every_reply() -> Vec<(&'static str, Reply)> {
             "Map",
             Reply::Map(vec![(Reply::Bulk(b("tokens")), Reply::Bulk(b("9")))]),
         ),
+        ("Double", Reply::Double(2.5f64.to_bits())),
+        (
+            "Scored",
+            Reply::Scored(vec![(b("m"), 1_700_000_000_000f64.to_bits())]),
+        ),
     ]
+}
+
+fn every_zset_op() -> Vec<(&'static str, ZOp)> {
+    let scores = ScoreRange {
+        min: f64::NEG_INFINITY.to_bits(),
+        min_ex: false,
+        max: 1.5f64.to_bits(),
+        max_ex: true,
+    };
+    let lex = LexRange {
+        min: LexBound::Incl(b("a")),
+        max: LexBound::Excl(b("b")),
+    };
+    let lex_ends = LexRange {
+        min: LexBound::Lowest,
+        max: LexBound::Highest,
+    };
+    vec![
+        ("Card", ZOp::Card),
+        (
+            "Add",
+            ZOp::Add {
+                flags: AddFlags {
+                    nx: false,
+                    xx: true,
+                    gt: true,
+                    lt: false,
+                    ch: true,
+                    incr: false,
+                },
+                pairs: vec![(1_700_000_000_000f64.to_bits(), b("req-1"))],
+            },
+        ),
+        ("Rem", ZOp::Rem(vec![b("m")])),
+        ("Count", ZOp::Count(scores)),
+        ("LexCount", ZOp::LexCount(lex_ends)),
+        ("Score", ZOp::Score(b("m"))),
+        ("MScore", ZOp::MScore(vec![b("m"), b("n")])),
+        (
+            "Range by rank",
+            ZOp::Range {
+                by: RangeBy::Rank { start: 0, stop: -1 },
+                rev: true,
+                with_scores: true,
+                offset: 0,
+                count: -1,
+            },
+        ),
+        (
+            "Range by score",
+            ZOp::Range {
+                by: RangeBy::Score(scores),
+                rev: false,
+                with_scores: false,
+                offset: 2,
+                count: 10,
+            },
+        ),
+        (
+            "Range by lex",
+            ZOp::Range {
+                by: RangeBy::Lex(lex.clone()),
+                rev: false,
+                with_scores: false,
+                offset: 0,
+                count: -1,
+            },
+        ),
+        (
+            "Rank",
+            ZOp::Rank {
+                member: b("m"),
+                rev: true,
+            },
+        ),
+        ("RemRange", ZOp::RemRange(RangeBy::Lex(lex))),
+        (
+            "Pop",
+            ZOp::Pop {
+                max: true,
+                count: Some(3),
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_zset_op_keeps_its_encoding() {
+    let actual = every_zset_op()
+        .iter()
+        .map(|(name, op)| {
+            let cmd = KeyCmd::ZSet {
+                key: b("z"),
+                op: op.clone(),
+            };
+            (*name, encode(&cmd))
+        })
+        .collect();
+    check("ZOp", GOLDEN_ZSET_OP, actual);
 }
 
 #[test]
@@ -714,6 +819,28 @@ const GOLDEN_HASH_OP: &[(&str, &str)] = &[
     ("StrLen", "2201680d0166"),
 ];
 
+const GOLDEN_ZSET_OP: &[(&str, &str)] = &[
+    ("Card", "24017a00"),
+    (
+        "Add",
+        "24017a0100010100010001fd00008056febc7842057265712d31",
+    ),
+    ("Rem", "24017a0201016d"),
+    ("Count", "24017a03fd000000000000f0ff00fd000000000000f83f01"),
+    ("LexCount", "24017a040001"),
+    ("Score", "24017a05016d"),
+    ("MScore", "24017a0602016d016e"),
+    ("Range by rank", "24017a0700000101010001"),
+    (
+        "Range by score",
+        "24017a0701fd000000000000f0ff00fd000000000000f83f0100000414",
+    ),
+    ("Range by lex", "24017a070202016103016200000001"),
+    ("Rank", "24017a08016d01"),
+    ("RemRange", "24017a0902020161030162"),
+    ("Pop", "24017a0a010103"),
+];
+
 const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Ok", "00"),
     ("Nil", "01"),
@@ -731,6 +858,8 @@ const GOLDEN_REPLY: &[(&str, &str)] = &[
     ),
     ("Array", "0803020203016b01"),
     ("Map", "09010306746f6b656e73030139"),
+    ("Double", "0afd0000000000000440"),
+    ("Scored", "0b01016dfd00008056febc7842"),
 ];
 const GOLDEN_LOG: &[(&str, &str)] = &[
     ("Origin", "fbedfe09"),

@@ -10,7 +10,8 @@
 
 use super::keyed::{KeyCmd, MAX_REPLY_BYTES, NOT_FLOAT, OOM, Reply, TOO_LARGE, WRONGTYPE};
 use super::table::{CommandSpec, Parser, command};
-use super::zscore::{LexRange, ScoreRange, parse_score};
+use super::zscore::parse_score;
+pub use super::zscore::{LexBound, LexRange, ScoreRange};
 use super::{ParseError, Parsed, c_str, msg};
 use crate::protocol::{ArgError, Args, parse_i64};
 use crate::rules::RuleSet;
@@ -336,13 +337,13 @@ fn parse_add(a: &mut Args, mut f: AddFlags) -> Result<Parsed, ParseError> {
         rest.next();
     }
     let rest: Vec<Bytes> = rest.collect();
-    if rest.is_empty() || rest.len() % 2 != 0 {
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
         return Err(ArgError::Syntax.into());
     }
     if f.nx && f.xx {
         return Err(msg(XX_AND_NX).into());
     }
-    if (f.gt && f.nx) || (f.lt && f.nx) || (f.gt && f.lt) {
+    if (f.nx && (f.gt || f.lt)) || (f.gt && f.lt) {
         return Err(msg(GT_LT_NX).into());
     }
     if f.incr && rest.len() > 2 {

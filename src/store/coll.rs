@@ -103,11 +103,11 @@ pub(super) struct Colls {
 impl Colls {
     /// Keeps `c`; returns its number, or None past 2^32 collections in one partition.
     pub(super) fn add(&mut self, c: Coll) -> Option<u32> {
-        if let Some(id) = self.free.pop() {
-            if let Some(slot) = self.slots.get_mut(id as usize) {
-                *slot = Some(c);
-                return Some(id);
-            }
+        if let Some(id) = self.free.pop()
+            && let Some(slot) = self.slots.get_mut(id as usize)
+        {
+            *slot = Some(c);
+            return Some(id);
         }
         let id = u32::try_from(self.slots.len()).ok()?;
         self.slots.push(Some(c));

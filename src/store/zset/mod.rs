@@ -138,10 +138,10 @@ impl ZSet {
             self.remove(member);
         }
         let grows = old.is_none();
-        if let Repr::Packed(p) = &self.repr {
-            if member.len() > MAX_PACKED_VALUE || (grows && p.len() >= MAX_PACKED_ENTRIES) {
-                self.to_index();
-            }
+        if let Repr::Packed(p) = &self.repr
+            && (member.len() > MAX_PACKED_VALUE || (grows && p.len() >= MAX_PACKED_ENTRIES))
+        {
+            self.convert_to_index();
         }
         let stored = match &mut self.repr {
             Repr::Packed(p) => {
@@ -192,7 +192,7 @@ impl ZSet {
         to - from
     }
 
-    fn to_index(&mut self) {
+    fn convert_to_index(&mut self) {
         if let Repr::Packed(p) = &self.repr {
             let mut index = Index::default();
             for (m, s) in p.entries() {

@@ -7,10 +7,10 @@ struct Oracle(Vec<(f64, Vec<u8>)>);
 impl Oracle {
     /// As Redis: a score equal to the old one (0 and -0 are equal) changes nothing.
     fn set(&mut self, m: &[u8], s: f64) -> Option<f64> {
-        if let Some((old, _)) = self.0.iter().find(|(_, om)| om == m) {
-            if *old == s {
-                return Some(*old);
-            }
+        if let Some((old, _)) = self.0.iter().find(|(_, om)| om == m)
+            && *old == s
+        {
+            return Some(*old);
         }
         let old = self.remove(m);
         let at = self
@@ -33,6 +33,15 @@ impl Oracle {
     }
 }
 
+/// Pairs with -0 read as 0: the packed form keeps -0 as 0, as a listpack does, and the oracle
+/// does not know which form held a member when it was set.
+fn signless(pairs: Vec<(Vec<u8>, u64)>) -> Vec<(Vec<u8>, u64)> {
+    pairs
+        .into_iter()
+        .map(|(m, s)| (m, (f64::from_bits(s) + 0.0).to_bits()))
+        .collect()
+}
+
 /// A deterministic generator (xorshift), so a failure repeats.
 struct Rng(u64);
 
@@ -52,7 +61,7 @@ impl Rng {
 fn member(rng: &mut Rng, space: u64, long: bool) -> Vec<u8> {
     let n = rng.below(space);
     let mut m = format!("m{n}").into_bytes();
-    if long && n % 7 == 0 {
+    if long && n.is_multiple_of(7) {
         m.extend(std::iter::repeat_n(b'x', 70));
     }
     m
@@ -96,10 +105,7 @@ fn run(seed: u64, ops: usize, space: u64, long: bool) -> ZSet {
             }
             5 | 6 => {
                 let m = member(&mut rng, space, long);
-                assert_eq!(
-                    z.remove(&m).map(f64::to_bits),
-                    o.remove(&m).map(f64::to_bits)
-                );
+                assert_eq!(z.remove(&m).map(|v| v + 0.0), o.remove(&m).map(|v| v + 0.0));
             }
             7 => {
                 let from = rng.below(o.0.len() as u64 + 2) as usize;
