@@ -1,11 +1,16 @@
 //! Sorted-set scores and ranges as Redis 7.0 reads and writes them: a score argument read as
 //! `string2d` does, a range bound as `zslParseRange` does (`strtod`, leniently), a lex bound
-//! as `zslParseLexRangeItem`, and a score printed as `%.17g`.
+//! as `zslParseLexRangeItem`, and a score printed as `%.17g`; then what they select in a set
+//! (the ranks a range and its LIMIT cover) and ZADD's rules for each pair.
 //!
-//! The range types travel inside `ZOp` in the Raft log: they are an on-disk format.
+//! The range and option types travel inside `ZOp` in the Raft log: they are an on-disk format.
 
+use super::keyed::{OOM, Reply};
+use crate::store::ZSet;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+
+const NAN_SCORE: &str = "ERR resulting score is not a number (NaN)";
 
 /// A score argument (ZADD, ZINCRBY), as Redis's `string2d`: the whole argument, no leading
 /// space, not NaN, and no overflow or underflow to zero. Hexadecimal floats, which `strtod`
@@ -222,6 +227,146 @@ impl LexRange {
             LexBound::Incl(b) => m <= &b[..],
             LexBound::Excl(b) => m < &b[..],
         }
+    }
+}
+
+/// ZADD's options.
+///
+/// On-disk format: bincode-encoded into the Raft log inside `ZOp`. Fields are never reordered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+    pub ch: bool,
+    pub incr: bool,
+}
+
+/// What a ZRANGE-family command selects.
+///
+/// On-disk format: bincode-encoded into the Raft log inside `ZOp`. Variants are append-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RangeBy {
+    /// Ranks, negative ones from the end.
+    Rank {
+        start: i64,
+        stop: i64,
+    },
+    Score(ScoreRange),
+    Lex(LexRange),
+}
+
+/// ZADD's work on one set, as Redis's `zsetAdd` for each pair in turn.
+pub(super) fn add(z: &mut ZSet, f: AddFlags, pairs: &[(u64, Bytes)]) -> Reply {
+    let (mut added, mut updated, mut processed) = (0, 0, 0);
+    let mut last = 0.0;
+    for (bits, member) in pairs {
+        let mut score = f64::from_bits(*bits);
+        match z.score(member) {
+            Some(cur) => {
+                if f.nx {
+                    continue;
+                }
+                if f.incr {
+                    score += cur;
+                    if score.is_nan() {
+                        return Reply::err(NAN_SCORE);
+                    }
+                }
+                if (f.lt && score >= cur) || (f.gt && score <= cur) {
+                    continue;
+                }
+                if score != cur {
+                    z.set(member, score);
+                    updated += 1;
+                }
+            }
+            None if f.xx => continue,
+            None => {
+                if !z.set(member, score).1 {
+                    return Reply::err(OOM);
+                }
+                added += 1;
+            }
+        }
+        processed += 1;
+        last = score;
+    }
+    match (f.incr, processed) {
+        (true, 0) => Reply::Nil,
+        (true, _) => Reply::Double(last.to_bits()),
+        (false, _) if f.ch => count(added + updated),
+        (false, _) => count(added),
+    }
+}
+
+pub(super) fn count(n: usize) -> Reply {
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// The ranks, lowest first, of the entries in a score range.
+pub(super) fn score_window(z: &ZSet, r: &ScoreRange) -> (usize, usize) {
+    if !r.is_possible() {
+        return (0, 0);
+    }
+    let lo = z.partition_point(|(_, s)| !r.above_min(s));
+    let hi = z.partition_point(|(_, s)| r.below_max(s));
+    (lo, hi.max(lo))
+}
+
+/// The ranks, lowest first, of the entries in a lex range. Members are in lex order only
+/// where their scores are equal; elsewhere Redis leaves the answer unspecified, but refuses
+/// as it does when the last member is below the range or the first above it.
+pub(super) fn lex_window(z: &ZSet, r: &LexRange) -> (usize, usize) {
+    let mut ends = (false, false);
+    z.each(0, 1, |(m, _)| ends.0 = r.below_max(m));
+    z.each(z.len().saturating_sub(1), z.len(), |(m, _)| {
+        ends.1 = r.above_min(m)
+    });
+    if !r.is_possible() || ends != (true, true) {
+        return (0, 0);
+    }
+    let lo = z.partition_point(|(m, _)| !r.above_min(m));
+    let hi = z.partition_point(|(m, _)| r.below_max(m));
+    (lo, hi.max(lo))
+}
+
+/// The ranks `lo..hi`, lowest first, a range command selects, LIMIT applied from the end it
+/// starts at (the highest rank when `rev`).
+pub(super) fn select(z: &ZSet, by: &RangeBy, rev: bool, offset: i64, limit: i64) -> (usize, usize) {
+    let len = z.len();
+    let (lo, hi) = match by {
+        RangeBy::Rank { start, stop } => {
+            let n = i64::try_from(len).unwrap_or(i64::MAX);
+            let start = if *start < 0 { n + start } else { *start }.max(0);
+            let stop = if *stop < 0 { n + stop } else { *stop };
+            if start > stop || start >= n {
+                return (0, 0);
+            }
+            let stop = stop.min(n - 1);
+            // Counted from the highest when reversed.
+            let (start, stop) = (start as usize, stop as usize);
+            return if rev {
+                (len - 1 - stop, len - start)
+            } else {
+                (start, stop + 1)
+            };
+        }
+        RangeBy::Score(r) => score_window(z, r),
+        RangeBy::Lex(r) => lex_window(z, r),
+    };
+    // A negative offset skips everything; a negative count takes everything.
+    let Ok(offset) = usize::try_from(offset) else {
+        return (0, 0);
+    };
+    let take = usize::try_from(limit).unwrap_or(usize::MAX);
+    let avail = (hi - lo).saturating_sub(offset);
+    let n = avail.min(take);
+    if rev {
+        (hi - offset.min(hi - lo) - n, hi - offset.min(hi - lo))
+    } else {
+        (lo + offset.min(hi - lo), lo + offset.min(hi - lo) + n)
     }
 }
 
