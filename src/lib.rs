@@ -102,6 +102,7 @@ pub mod testing {
     };
     pub use crate::cmd::lists::ListOp;
     pub use crate::cmd::sets::SetOp;
+    pub use crate::cmd::zsets::{AddFlags, LexBound, LexRange, RangeBy, ScoreRange, ZOp};
     pub use crate::cmd::{Parsed, parse as parse_command};
 
     // RESP on the wire.

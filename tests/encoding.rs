@@ -14,9 +14,9 @@
 #![cfg(feature = "server")]
 
 use bucketd::testing::{
-    Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, ListOp, LogEntry, LogId, Origin,
-    OwnedValue, Proposal, Record, Reply, SetCond, SetExpiry, SetOp, SnapshotBody, TimeCmd,
-    TypeConfig,
+    AddFlags, Applied, ExpireCond, GetExOpt, HashOp, Holder, KeyCmd, LexBound, LexRange, ListOp,
+    LogEntry, LogId, Origin, OwnedValue, Proposal, RangeBy, Record, Reply, ScoreRange, SetCond,
+    SetExpiry, SetOp, SnapshotBody, TimeCmd, TypeConfig, ZOp,
 };
 
 use bucketd::limiter::cell::CellArgs;
@@ -588,7 +588,110 @@ fn every_reply() -> Vec<(&'static str, Reply)> {
         ("BigNumber", Reply::BigNumber(b("12345678901234567890"))),
         ("Verbatim", Reply::Verbatim(*b"txt", b("hi"))),
         ("NilArray", Reply::NilArray),
+        (
+            "Scored",
+            Reply::Scored(vec![(b("m"), 1_700_000_000_000f64.to_bits())]),
+        ),
     ]
+}
+
+fn every_zset_op() -> Vec<(&'static str, ZOp)> {
+    let scores = ScoreRange {
+        min: f64::NEG_INFINITY.to_bits(),
+        min_ex: false,
+        max: 1.5f64.to_bits(),
+        max_ex: true,
+    };
+    let lex = LexRange {
+        min: LexBound::Incl(b("a")),
+        max: LexBound::Excl(b("b")),
+    };
+    let lex_ends = LexRange {
+        min: LexBound::Lowest,
+        max: LexBound::Highest,
+    };
+    vec![
+        ("Card", ZOp::Card),
+        (
+            "Add",
+            ZOp::Add {
+                flags: AddFlags {
+                    nx: false,
+                    xx: true,
+                    gt: true,
+                    lt: false,
+                    ch: true,
+                    incr: false,
+                },
+                pairs: vec![(1_700_000_000_000f64.to_bits(), b("req-1"))],
+            },
+        ),
+        ("Rem", ZOp::Rem(vec![b("m")])),
+        ("Count", ZOp::Count(scores)),
+        ("LexCount", ZOp::LexCount(lex_ends)),
+        ("Score", ZOp::Score(b("m"))),
+        ("MScore", ZOp::MScore(vec![b("m"), b("n")])),
+        (
+            "Range by rank",
+            ZOp::Range {
+                by: RangeBy::Rank { start: 0, stop: -1 },
+                rev: true,
+                with_scores: true,
+                offset: 0,
+                count: -1,
+            },
+        ),
+        (
+            "Range by score",
+            ZOp::Range {
+                by: RangeBy::Score(scores),
+                rev: false,
+                with_scores: false,
+                offset: 2,
+                count: 10,
+            },
+        ),
+        (
+            "Range by lex",
+            ZOp::Range {
+                by: RangeBy::Lex(lex.clone()),
+                rev: false,
+                with_scores: false,
+                offset: 0,
+                count: -1,
+            },
+        ),
+        (
+            "Rank",
+            ZOp::Rank {
+                member: b("m"),
+                rev: true,
+            },
+        ),
+        ("RemRange", ZOp::RemRange(RangeBy::Lex(lex))),
+        (
+            "Pop",
+            ZOp::Pop {
+                max: true,
+                count: Some(3),
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_zset_op_keeps_its_encoding() {
+    let actual = every_zset_op()
+        .iter()
+        .map(|(name, op)| {
+            let cmd = KeyCmd::ZSet {
+                key: b("z"),
+                op: op.clone(),
+            };
+            (*name, encode(&cmd))
+        })
+        .collect();
+    check("ZOp", GOLDEN_ZSET_OP, actual);
 }
 
 #[test]
@@ -837,6 +940,27 @@ const GOLDEN_SET_OP: &[(&str, &str)] = &[
     ("MIsMember", "260173040201610162"),
     ("Members", "26017305"),
 ];
+const GOLDEN_ZSET_OP: &[(&str, &str)] = &[
+    ("Card", "24017a00"),
+    (
+        "Add",
+        "24017a0100010100010001fd00008056febc7842057265712d31",
+    ),
+    ("Rem", "24017a0201016d"),
+    ("Count", "24017a03fd000000000000f0ff00fd000000000000f83f01"),
+    ("LexCount", "24017a040001"),
+    ("Score", "24017a05016d"),
+    ("MScore", "24017a0602016d016e"),
+    ("Range by rank", "24017a0700000101010001"),
+    (
+        "Range by score",
+        "24017a0701fd000000000000f0ff00fd000000000000f83f0100000414",
+    ),
+    ("Range by lex", "24017a070202016103016200000001"),
+    ("Rank", "24017a08016d01"),
+    ("RemRange", "24017a0902020161030162"),
+    ("Pop", "24017a0a010103"),
+];
 
 const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("Ok", "00"),
@@ -861,6 +985,7 @@ const GOLDEN_REPLY: &[(&str, &str)] = &[
     ("BigNumber", "0d143132333435363738393031323334353637383930"),
     ("Verbatim", "0e747874026869"),
     ("NilArray", "0f"),
+    ("Scored", "1001016dfd00008056febc7842"),
 ];
 const GOLDEN_LOG: &[(&str, &str)] = &[
     ("Origin", "fbedfe09"),

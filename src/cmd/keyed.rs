@@ -13,6 +13,7 @@ use super::hashes::{self, HashOp};
 use super::keyspace::ObjectSub;
 use super::lists::{self, ListOp};
 use super::sets::{self, SetOp};
+use super::zscore::format_score;
 use super::zsets::{self, ZOp};
 use super::{cell, concurrency, expiry, keyspace, limits, packed, scan, server, strings};
 use crate::limiter::CellArgs;
@@ -458,6 +459,9 @@ pub enum Reply {
     Verbatim([u8; 3], Bytes),
     /// The null array: `*-1` in RESP2, null in RESP3 (LPOP with a count on a missing key).
     NilArray,
+    /// Members with their scores (ZRANGE ... WITHSCORES, ZPOPMIN with a count): in RESP3 an
+    /// array of [member, double] pairs, in RESP2 one flat array of members and scores.
+    Scored(Vec<(Bytes, u64)>),
 }
 
 impl Reply {
@@ -740,6 +744,20 @@ pub fn encode(w: &mut ReplyWriter, r: &Reply) {
         Reply::Bool(b) => w.boolean(*b),
         Reply::BigNumber(digits) => w.big_number(digits),
         Reply::Verbatim(format, text) => w.verbatim_as(format, text),
+        Reply::Scored(pairs) => {
+            if w.resp3 {
+                w.array(pairs.len());
+            } else {
+                w.array(pairs.len() * 2);
+            }
+            for (member, score) in pairs {
+                if w.resp3 {
+                    w.array(2);
+                }
+                w.bulk(member);
+                w.double(format_score(f64::from_bits(*score)).as_bytes());
+            }
+        }
     }
 }
 

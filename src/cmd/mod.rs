@@ -44,6 +44,7 @@ pub(crate) mod sets;
 pub(crate) mod strings;
 pub(crate) mod table;
 pub(crate) mod transactions;
+mod zscore;
 pub(crate) mod zsets;
 
 // What other modules use of the commands, named here so they import the folder, not its

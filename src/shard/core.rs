@@ -43,6 +43,7 @@ pub(super) fn reply_bytes(r: &Reply) -> usize {
                 .map(|(k, v)| reply_bytes(k) + reply_bytes(v))
                 .sum::<usize>()
         }
+        Reply::Scored(pairs) => 16 + pairs.iter().map(|(m, _)| m.len() + 48).sum::<usize>(),
     }
 }
 

@@ -31,6 +31,7 @@ pub use record::{Fields, Holder, Holders, OwnedValue, Record, Semaphore, Value};
 pub(crate) use set::{MemberSet, SetFull};
 pub use table::{Slot, Store};
 pub(crate) use usage::{Caps, Encodings, StoreFull};
+pub(crate) use zset::{PackLimits, ZSet};
 
 use table::PARTITIONS;
 
