@@ -265,9 +265,8 @@ average at the end: $(cut -d' ' -f1-3 /proc/loadavg)).
 A request, for a random log at the generator's time t (ms):
 \`ZREMRANGEBYSCORE key -inf t-window\`, \`ZADD key t t-counter\`, \`ZCARD key\`,
 \`EXPIRE key window_s\`; "multi" sends them as MULTI..EXEC, "script" as EVALSHA of a script doing
-the same (examples/zlog_load.rs).
-
-$([[ $BD_ZSETS == yes ]] || echo "This bucketd answered ZADD with an error (no sorted sets): only Redis ran the sliding log.")
+the same (examples/zlog_load.rs).$([[ $BD_ZSETS == yes ]] ||
+        printf '\n\n%s' "This bucketd answered ZADD with an error (no sorted sets): only Redis ran the sliding log.")
 
 ## Throughput and CPU per request: bucketd \`--shards 1\` against Redis
 
