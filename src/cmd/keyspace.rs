@@ -88,9 +88,10 @@ pub(super) const COMMANDS: &[CommandSpec] = &[
     command! {
         name: "object",
         arity: -2,
-        flags: ["readonly"],
+        // As Redis lists the container: its subcommands carry the read flag and categories.
+        flags: [],
         keys: (2, 2, 1),
-        acl: ["@keyspace", "@read", "@slow"],
+        acl: ["@slow"],
         group: "generic",
         summary: "Inspects the internals of a value: OBJECT ENCODING key, OBJECT REFCOUNT key.",
         parse: Parser::Key(parse_object),

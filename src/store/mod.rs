@@ -325,7 +325,16 @@ mod tests {
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].value, OwnedValue::Coll(owned.clone()));
         assert_eq!(records[0].expires_at, 100);
-        // Replaced by a counter: the collection's bytes go back.
+        // Replaced by a counter: the collection's bytes go back, and so does its expiry.
+        put(&mut s, b"l", Value::Int(1), 0, 0).unwrap();
+        assert_eq!(s.usage.expires, 0);
+        // A collection without an expiry replaced by a value without one leaves the count.
+        let Slot::Live(mut l) = s.slot(b"l", 0) else {
+            panic!("live")
+        };
+        l.set_coll(Coll::from_owned(&owned), 0);
+        l.set(Value::Str(b"text"), 0);
+        assert_eq!(s.usage.expires, 0);
         put(&mut s, b"l", Value::Int(1), 0, 0).unwrap();
         assert!(
             s.usage.bytes < base - mem + 30,

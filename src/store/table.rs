@@ -196,11 +196,12 @@ impl<'a> LiveEntry<'a> {
         self.timing.note(expires_at);
         self.usage.caps.note_value(&value);
         let off = *self.entry.get() as usize;
+        // Read before the old collection goes: a record naming no collection reads as expired.
+        let had_expiry = view(self.arena, self.colls, off).expires_at != 0;
         if let Some(old) = coll_id(self.arena, off) {
             let freed = self.colls.remove(old);
             self.usage.resize(freed, 0);
         }
-        let had_expiry = view(self.arena, self.colls, off).expires_at != 0;
         if had_expiry != (expires_at != 0) {
             if had_expiry {
                 self.usage.expires -= 1;
