@@ -1,11 +1,15 @@
 //! The keyspace one shard owns: compact records in per-partition arenas, found through a hash
-//! index, with expiry and memory accounting, in three parts:
+//! index, with expiry and memory accounting, in these parts:
 //!
 //! - `record`: a key's value and the packed record that holds it in an arena;
 //! - `table`: the `Store` the shards call, its partitions, key lookup and its entry handles,
 //!   prefetch, the expiry sweep, and the whole-keyspace operations (snapshot export and import,
 //!   SCAN, clearing);
-//! - `usage`: key and memory accounting against the node-wide caps.
+//! - `usage`: key and memory accounting against the node-wide caps, and the encoding
+//!   thresholds of small collections;
+//! - `timing`: when the sweep walks a partition;
+//! - `coll`, `zset`, `list`, `set`: the collection values (sorted sets, lists, sets), kept
+//!   beside the arena and changed in place.
 //!
 //! Memory follows active callers, so the per-key overhead is what matters: a GCRA bucket is a
 //! record of `key length (1 byte) + key + tag (1 byte) + 8-byte timestamp` packed into an arena,
@@ -21,6 +25,7 @@ mod list;
 mod record;
 mod set;
 mod table;
+mod timing;
 mod usage;
 mod varint;
 mod zset;

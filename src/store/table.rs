@@ -8,6 +8,7 @@ use super::record::{
     EntryView, OwnedValue, Value, append, coll_id, encode_coll, encode_payload, is_expired,
     key_header_len, key_of, kill, layout, record_len, room_of, set_coll_expiry, view,
 };
+use super::timing::{REST_NS, SweepTiming, TRICKLE};
 use super::usage::{Caps, StoreFull, Usage};
 use super::{PARTITION_BITS, Record, SCAN_POSITION_BITS, ScanStep};
 use hashbrown::HashTable;
@@ -52,30 +53,6 @@ pub(super) struct Partition {
     /// Expiry bookkeeping for the sweep.
     timing: SweepTiming,
 }
-
-/// When a partition is worth sweeping: keys that never expire cost nothing, and a partition
-/// where keys only trickle out is not walked on every pass.
-#[derive(Default)]
-struct SweepTiming {
-    /// No key of the partition expires before this (0: none has an expiry). May be early, never
-    /// late.
-    next_expiry: u64,
-    /// Do not walk the partition again before this time, unless nothing has been swept for long.
-    cooldown_until: u64,
-}
-
-impl SweepTiming {
-    fn note(&mut self, expires_at: u64) {
-        if expires_at != 0 && (self.next_expiry == 0 || expires_at < self.next_expiry) {
-            self.next_expiry = expires_at;
-        }
-    }
-}
-
-/// After a walk that removed only this fraction of a partition (1 in N), the partition rests.
-const TRICKLE: usize = 64;
-/// How long a partition rests after a walk that removed little, in ns.
-const REST_NS: u64 = 1_000_000_000;
 
 impl Partition {
     /// Rewrites the arena without dead records once they are half of it, or, when `keep` is 0

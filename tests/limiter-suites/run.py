@@ -120,10 +120,10 @@ def pytest(root: pathlib.Path, suite: str, args: list[str], env: dict[str, str])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # Both packages assert on wall-clock time (a reset time within 30 ms, a window that has
     # passed after a sleep), which a busy machine can miss against Redis itself. A failed test
-    # runs again, up to twice (pytest-rerunfailures); the log shows each rerun as RERUN. A
-    # behaviour that differs fails all three times.
+    # runs again, up to five times, a second apart (pytest-rerunfailures); the log shows each
+    # rerun as RERUN. A behaviour that differs fails all six times.
     cmd = [sys.executable, "-m", "pytest", "-p", "bucketd_select", "-p", "no:cacheprovider",
-           "-p", "no:randomly", "-o", "addopts=", "--reruns", "2", "-rfER", "--tb=short", "-v",
+           "-p", "no:randomly", "-o", "addopts=", "--reruns", "5", "--reruns-delay", "1", "-rfER", "--tb=short", "-v",
            *args]
     log(f"{' '.join(f'{k}={v}' for k, v in env.items() if k.startswith(('REDIS', 'ASYNC_')))} "
         f"{' '.join(cmd[1:])}")
