@@ -7,42 +7,8 @@
 
 mod common;
 
-use common::real_redis::{RealRedis, SideBySide};
+use common::real_redis::{RealRedis, SideBySide, both_protocols, run_script};
 use common::*;
-
-/// Sends each command to both; a command starting with "!" must be refused by both, with
-/// the same text.
-async fn run_script(sb: &mut SideBySide, script: &[&[&str]]) {
-    for &cmd in script {
-        match cmd.split_first() {
-            Some((&"!", rest)) => {
-                sb.same_error(rest).await;
-            }
-            _ => {
-                sb.same(cmd).await;
-            }
-        }
-    }
-}
-
-/// Runs `body` once on a RESP2 pair of connections and once after `HELLO 3` on both.
-async fn both_protocols<F>(body: F)
-where
-    F: AsyncFn(&mut SideBySide, &str),
-{
-    let node = TestNode::start().await;
-    let redis = RealRedis::start().await;
-    for resp3 in [false, true] {
-        let mut sb = SideBySide::connect(&node, &redis).await;
-        if resp3 {
-            let (ours, theirs) = sb.both(&["HELLO", "3"]).await;
-            assert!(matches!(ours, Resp::Map(_)), "{ours:?}");
-            assert!(matches!(theirs, Resp::Map(_)), "{theirs:?}");
-        }
-        body(&mut sb, if resp3 { "r3" } else { "r2" }).await;
-    }
-    node.shutdown().await;
-}
 
 #[tokio::test]
 async fn push_pop_index_range_and_trim_answer_as_redis_does() {

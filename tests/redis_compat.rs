@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::real_redis::{RealRedis, SideBySide};
+use common::real_redis::{RealRedis, SideBySide, both_protocols, run_script};
 use common::{Resp, TestNode, bounded, key_on_shard};
 
 #[tokio::test]
@@ -29,20 +29,6 @@ async fn plain_string_commands_answer_as_redis_does() {
     .await;
 }
 
-/// Runs `script` on both servers: `!` before a command means both must refuse it.
-async fn run_script(sb: &mut SideBySide, script: &[&[&str]]) {
-    for &cmd in script {
-        match cmd.split_first() {
-            Some((&"!", rest)) => {
-                sb.same_error(rest).await;
-            }
-            _ => {
-                sb.same(cmd).await;
-            }
-        }
-    }
-}
-
 /// Sends the same command to both and asserts both integer replies lie within `tolerance`
 /// of each other (a PTTL read while Redis's wall clock moves on).
 async fn close(sb: &mut SideBySide, args: &[&str], tolerance: i64) {
@@ -52,26 +38,6 @@ async fn close(sb: &mut SideBySide, args: &[&str], tolerance: i64) {
         (a - b).abs() <= tolerance,
         "{args:?}: bucketd {a}, Redis {b}"
     );
-}
-
-/// Runs `body` once on a RESP2 pair of connections and once after `HELLO 3` on both.
-async fn both_protocols<F>(body: F)
-where
-    F: AsyncFn(&mut SideBySide, &str),
-{
-    let node = TestNode::start().await;
-    let redis = RealRedis::start().await;
-    for resp3 in [false, true] {
-        let mut sb = SideBySide::connect(&node, &redis).await;
-        if resp3 {
-            // The HELLO maps differ (server name, version, id); what follows must not.
-            let (ours, theirs) = sb.both(&["HELLO", "3"]).await;
-            assert!(matches!(ours, Resp::Map(_)), "{ours:?}");
-            assert!(matches!(theirs, Resp::Map(_)), "{theirs:?}");
-        }
-        body(&mut sb, if resp3 { "r3" } else { "r2" }).await;
-    }
-    node.shutdown().await;
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::real_redis::{RealRedis, SideBySide};
+use common::real_redis::{RealRedis, SideBySide, on_both_protocols};
 use common::{Resp, TestNode, bounded};
 
 /// EVAL `script` with `keys` and `args` on both; the replies must be identical.
@@ -33,29 +33,12 @@ fn eval_args<'a>(
     v
 }
 
-/// Runs `body` once on RESP2 connections and once after `HELLO 3` on both.
-async fn both_protocols<F>(node: &TestNode, redis: &RealRedis, body: F)
-where
-    F: AsyncFn(&mut SideBySide, &str),
-{
-    for resp3 in [false, true] {
-        let mut sb = SideBySide::connect(node, redis).await;
-        if resp3 {
-            // The HELLO maps differ (server name, version, id); what follows must not.
-            let (ours, theirs) = sb.both(&["HELLO", "3"]).await;
-            assert!(matches!(ours, Resp::Map(_)), "{ours:?}");
-            assert!(matches!(theirs, Resp::Map(_)), "{theirs:?}");
-        }
-        body(&mut sb, if resp3 { "r3" } else { "r2" }).await;
-    }
-}
-
 #[tokio::test]
 async fn redis_helpers_answer_as_redis_does() {
     bounded(async {
         let node = TestNode::start().await;
         let redis = RealRedis::start().await;
-        both_protocols(&node, &redis, async |sb: &mut SideBySide, _p: &str| {
+        on_both_protocols(&node, &redis, async |sb: &mut SideBySide, _p: &str| {
             eval(sb, "return redis.replicate_commands()", &[], &[]).await;
             eval(
                 sb,
@@ -149,7 +132,7 @@ async fn resp3_conversions_answer_as_redis_does() {
     bounded(async {
         let node = TestNode::start().await;
         let redis = RealRedis::start().await;
-        both_protocols(&node, &redis, async |sb: &mut SideBySide, p: &str| {
+        on_both_protocols(&node, &redis, async |sb: &mut SideBySide, p: &str| {
             let h = format!("{{{p}}}:hash");
             let missing = format!("{{{p}}}:missing");
             sb.same(&["HSET", &h, "f", "v"]).await;
@@ -510,7 +493,7 @@ async fn limiter_scripts_answer_as_redis_does() {
     bounded(async {
         let node = TestNode::start().await;
         let redis = RealRedis::start().await;
-        both_protocols(&node, &redis, async |sb: &mut SideBySide, p: &str| {
+        on_both_protocols(&node, &redis, async |sb: &mut SideBySide, p: &str| {
             let tokens = format!("request_rate_limiter.{{{p}:user}}.tokens");
             let stamp = format!("request_rate_limiter.{{{p}:user}}.timestamp");
             let keys = [tokens.as_str(), stamp.as_str()];

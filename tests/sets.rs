@@ -9,39 +9,8 @@
 
 mod common;
 
-use common::real_redis::{RealRedis, SideBySide};
+use common::real_redis::{RealRedis, SideBySide, both_protocols, run_script};
 use common::*;
-
-async fn run_script(sb: &mut SideBySide, script: &[&[&str]]) {
-    for &cmd in script {
-        match cmd.split_first() {
-            Some((&"!", rest)) => {
-                sb.same_error(rest).await;
-            }
-            _ => {
-                sb.same(cmd).await;
-            }
-        }
-    }
-}
-
-async fn both_protocols<F>(body: F)
-where
-    F: AsyncFn(&mut SideBySide, &str),
-{
-    let node = TestNode::start().await;
-    let redis = RealRedis::start().await;
-    for resp3 in [false, true] {
-        let mut sb = SideBySide::connect(&node, &redis).await;
-        if resp3 {
-            let (ours, theirs) = sb.both(&["HELLO", "3"]).await;
-            assert!(matches!(ours, Resp::Map(_)), "{ours:?}");
-            assert!(matches!(theirs, Resp::Map(_)), "{theirs:?}");
-        }
-        body(&mut sb, if resp3 { "r3" } else { "r2" }).await;
-    }
-    node.shutdown().await;
-}
 
 /// The members of an SMEMBERS reply (array or RESP3 set), sorted.
 fn sorted_members(r: &Resp) -> Vec<Vec<u8>> {

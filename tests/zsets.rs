@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::real_redis::{RealRedis, SideBySide};
+use common::real_redis::{SideBySide, both_protocols};
 use common::{Resp, TestNode, bounded};
 
 /// Runs `script` on both servers: `!` before a command means both must refuse it.
@@ -39,25 +39,6 @@ fn script(prefix: &str, lines: &[&str]) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
-}
-
-/// Runs `body` once on a RESP2 pair of connections and once after `HELLO 3` on both.
-async fn both_protocols<F>(body: F)
-where
-    F: AsyncFn(&mut SideBySide, &str),
-{
-    let node = TestNode::start().await;
-    let redis = RealRedis::start().await;
-    for resp3 in [false, true] {
-        let mut sb = SideBySide::connect(&node, &redis).await;
-        if resp3 {
-            let (ours, theirs) = sb.both(&["HELLO", "3"]).await;
-            assert!(matches!(ours, Resp::Map(_)), "{ours:?}");
-            assert!(matches!(theirs, Resp::Map(_)), "{theirs:?}");
-        }
-        body(&mut sb, if resp3 { "r3" } else { "r2" }).await;
-    }
-    node.shutdown().await;
 }
 
 const ZADD_AND_READS: &[&str] = &[

@@ -160,3 +160,45 @@ impl SideBySide {
         ours.as_text()
     }
 }
+
+/// Runs `script` on both servers: `!` before a command means both must refuse it.
+pub async fn run_script(sb: &mut SideBySide, script: &[&[&str]]) {
+    for &cmd in script {
+        match cmd.split_first() {
+            Some((&"!", rest)) => {
+                sb.same_error(rest).await;
+            }
+            _ => {
+                sb.same(cmd).await;
+            }
+        }
+    }
+}
+
+/// Runs `body` on a RESP2 pair of connections to `node` and `redis`, then on a pair after
+/// `HELLO 3` on both (the HELLO maps differ: server name, version, id; what follows must not).
+pub async fn on_both_protocols<F>(node: &TestNode, redis: &RealRedis, body: F)
+where
+    F: AsyncFn(&mut SideBySide, &str),
+{
+    for resp3 in [false, true] {
+        let mut sb = SideBySide::connect(node, redis).await;
+        if resp3 {
+            let (ours, theirs) = sb.both(&["HELLO", "3"]).await;
+            assert!(matches!(ours, Resp::Map(_)), "{ours:?}");
+            assert!(matches!(theirs, Resp::Map(_)), "{theirs:?}");
+        }
+        body(&mut sb, if resp3 { "r3" } else { "r2" }).await;
+    }
+}
+
+/// `on_both_protocols` on a fresh node and a fresh Redis.
+pub async fn both_protocols<F>(body: F)
+where
+    F: AsyncFn(&mut SideBySide, &str),
+{
+    let node = TestNode::start().await;
+    let redis = RealRedis::start().await;
+    on_both_protocols(&node, &redis, body).await;
+    node.shutdown().await;
+}
