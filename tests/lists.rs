@@ -256,26 +256,6 @@ async fn lists_beside_other_kinds_and_expiry_answer_as_redis_does() {
     .await;
 }
 
-/// A fixed-seed xorshift generator, so a failing run repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn int(&mut self, span: i64) -> String {
-        (self.below(2 * span as u64 + 1) as i64 - span).to_string()
-    }
-}
-
 /// Thousands of random list commands on a few keys, sent to both, every reply compared:
 /// short and long elements (so lists grow past one chunk and shrink back), every command.
 #[tokio::test]

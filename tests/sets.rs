@@ -215,22 +215,6 @@ async fn sets_beside_other_kinds_and_expiry_answer_as_redis_does() {
     .await;
 }
 
-/// A fixed-seed xorshift generator, so a failing run repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Random set commands on a few keys, sent to both; every reply compared, SMEMBERS of a
 /// hashtable as a set of members.
 #[tokio::test]

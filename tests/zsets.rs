@@ -8,7 +8,7 @@
 mod common;
 
 use common::real_redis::{SideBySide, both_protocols};
-use common::{Resp, TestNode, bounded};
+use common::{Resp, Rng, TestNode, bounded};
 
 /// Runs `script` on both servers: `!` before a command means both must refuse it.
 async fn run_script(sb: &mut SideBySide, script: &[Vec<String>]) {
@@ -380,22 +380,6 @@ async fn large_sorted_sets_answer_as_redis_does() {
             .await;
     }))
     .await;
-}
-
-/// A small deterministic generator, so a failing run repeats.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[self.below(xs.len() as u64) as usize]
-    }
 }
 
 fn random_command(rng: &mut Rng, key: &str) -> Vec<String> {

@@ -693,3 +693,30 @@ pub fn closed_within(s: &mut std::net::TcpStream, limit: Duration) -> bool {
     }
     false
 }
+
+/// A fixed-seed xorshift generator for the tests that send random commands, so a failing run
+/// repeats.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (at least 1).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A number in `-span..=span`, as text.
+    pub fn int(&mut self, span: i64) -> String {
+        (self.below(2 * span as u64 + 1) as i64 - span).to_string()
+    }
+
+    pub fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
