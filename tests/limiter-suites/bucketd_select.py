@@ -57,6 +57,14 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    # The packages mark their wall-clock tests `flaky` (for the `flaky` plugin, which is not
+    # installed): pytest-rerunfailures reads that marker as one rerun, over the command line's
+    # count. A closer marker gives them the same reruns as every other test.
+    reruns = config.getoption("reruns", default=None) or 0
+    delay = config.getoption("reruns_delay", default=None) or 0
+    for item in keep:
+        if reruns and item.get_closest_marker("flaky") is not None:
+            item.add_marker(pytest.mark.flaky(reruns=reruns, reruns_delay=delay), append=False)
 
 
 def pytest_deselected(items):
