@@ -105,9 +105,10 @@ async fn collections_count_in_used_memory_and_give_it_back() {
     .await
 }
 
-/// INFO's `used_memory` once `ok` holds for it (shards publish their figures on a timer).
+/// INFO's `used_memory` once `ok` holds for it (shards publish their figures on a timer, which
+/// a busy machine can run late: up to 20 s is waited for).
 async fn wait_used(node: &TestNode, ok: impl Fn(u64) -> bool) -> u64 {
-    for _ in 0..200 {
+    for _ in 0..800 {
         let u = info_u64(node, "memory", "used_memory").await.unwrap_or(0);
         if ok(u) {
             return u;

@@ -4,8 +4,12 @@
 
 #![cfg(feature = "server")]
 
+#[path = "redis-tcl/closing.rs"]
+mod closing;
 #[path = "common/tools.rs"]
 mod tools;
+
+use closing::closing_counts;
 
 use std::process::Command;
 use tools::{TCLSH, require_tool};
@@ -13,15 +17,6 @@ use tools::{TCLSH, require_tool};
 /// Fewer passing tests than this means units or tests stopped running unnoticed; raise it as
 /// pending tests start passing.
 const MIN_PASSED: u64 = 200;
-
-/// `(passed, failed)` from run.sh's closing line, "N passed, N failed[, N skipped]".
-fn closing_counts(stdout: &str) -> Option<(u64, u64)> {
-    let line = stdout.lines().rev().find(|l| !l.trim().is_empty())?;
-    let mut parts = line.split(", ");
-    let passed = parts.next()?.strip_suffix(" passed")?.parse().ok()?;
-    let failed = parts.next()?.strip_suffix(" failed")?.parse().ok()?;
-    Some((passed, failed))
-}
 
 #[test]
 fn redis_tcl_suite_passes_against_bucketd() {

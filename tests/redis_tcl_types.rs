@@ -7,20 +7,15 @@
 
 #![cfg(feature = "server")]
 
+#[path = "redis-tcl/closing.rs"]
+mod closing;
 #[path = "common/tools.rs"]
 mod tools;
 
+use closing::closing_counts;
+
 use std::process::Command;
 use tools::{REDIS_SERVER, TCLSH, require_tool};
-
-/// `(passed, failed)` from run.sh's closing line, "N passed, N failed[, N skipped]".
-fn closing_counts(stdout: &str) -> Option<(u64, u64)> {
-    let line = stdout.lines().rev().find(|l| !l.trim().is_empty())?;
-    let mut parts = line.split(", ");
-    let passed = parts.next()?.strip_suffix(" passed")?.parse().ok()?;
-    let failed = parts.next()?.strip_suffix(" failed")?.parse().ok()?;
-    Some((passed, failed))
-}
 
 /// Runs `unit` against `server` ("redis" or "bucketd") and fails unless every test outside
 /// types-skip.txt passed, and at least `min_passed` did (as many passed against Redis, 7.0.15,
