@@ -118,6 +118,9 @@ async fn scripts_over_keys_of_several_shards_answer_as_on_redis() {
                     until c == '0' table.sort(out) return out";
         sb.same(&["EVAL", walk, "0", "*"]).await;
         sb.same(&["EVAL", walk, "1", &k[2], "count*"]).await;
+        // A SCAN whose arguments are refused answers the client's error, in the script's words.
+        sb.same_error(&["EVAL", "return redis.call('SCAN', '0', 'COUNT', '0')", "0"])
+            .await;
         same_keyspace(&mut sb).await;
         node.shutdown().await;
     })

@@ -396,6 +396,12 @@ fn call_command(
                 reply
             };
         }
+        // Their arguments refused: the error the command gives a client.
+        Ok(Parsed::Node(spec, Err(e)))
+            if !declared_only && matches!(spec.name, "keys" | "scan" | "dbsize") =>
+        {
+            return Reply::Error(e.to_string().into());
+        }
         Ok(Parsed::Node(..)) => {
             return Reply::err("ERR This Redis command is not allowed from script");
         }
