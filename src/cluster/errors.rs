@@ -21,9 +21,22 @@ pub enum ProposeError {
     TryAgain(TryAgain),
     /// The cluster removed this node.
     Removed,
+    /// The write may have been applied, or may yet be, and its fate could not be learnt
+    /// within the bound of a write's wait: an error Redis clients do not retry by themselves
+    /// (`-UNKNOWN`), so a write is never applied twice behind their back. The text says why.
+    Unknown(String),
 }
 
-/// Why a write may be sent again (the client gets `-TRYAGAIN` and its text).
+impl ProposeError {
+    /// A write whose fate is not known, for this reason.
+    pub(crate) fn unknown(why: impl std::fmt::Display) -> ProposeError {
+        ProposeError::Unknown(why.to_string())
+    }
+}
+
+/// Why a write was not applied, and may be sent again (the client gets `-TRYAGAIN` and its
+/// text), or, for the reasons that leave its fate open, why its outcome is unknown (the
+/// client gets `-UNKNOWN`, see `ProposeError::Unknown`).
 ///
 /// Between nodes it travels as its text, the one a client reads: a node that receives it
 /// keeps the text as the leader said it (`Peer`).
@@ -74,11 +87,11 @@ impl std::fmt::Display for TryAgain {
                 "group {group} did not commit within {} ms",
                 waited.as_millis()
             ),
-            TryAgain::Discarded { settled: true } => f.write_str(
-                "the leader changed before this write committed; it was not applied",
-            ),
+            TryAgain::Discarded { settled: true } => {
+                f.write_str("the leader changed before this write committed; it was not applied")
+            }
             TryAgain::Discarded { settled: false } => f.write_str(
-                "the leader changed before this write committed; it may or may not have been applied",
+                "the leader changed before this write committed, and its entry may still commit",
             ),
             TryAgain::CommittedWithoutReplies => {
                 f.write_str("the write committed without its replies")
@@ -113,6 +126,7 @@ impl std::fmt::Display for ProposeError {
             ProposeError::ClusterDown => f.write_str("the group has no leader"),
             ProposeError::TryAgain(why) => why.fmt(f),
             ProposeError::Removed => f.write_str("this node was removed from the cluster"),
+            ProposeError::Unknown(why) => write!(f, "outcome unknown: {why}"),
         }
     }
 }

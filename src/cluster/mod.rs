@@ -7,6 +7,7 @@ pub(crate) mod entry_decode;
 pub(crate) mod errors;
 pub(crate) mod executor;
 pub(crate) mod group_net;
+mod group_time;
 mod groups;
 mod join;
 pub(crate) mod log_store;

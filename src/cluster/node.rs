@@ -247,6 +247,12 @@ impl Cluster {
         self.groups.transfer_leader(g, to).await
     }
 
+    /// Commits an empty entry to `g`, which this node leads: its stamp moves the group's time
+    /// on, and with it the expiry of the group's keys on every replica.
+    pub async fn move_time_on(&self, g: GroupId) -> Result<(), ProposeError> {
+        self.writes.propose_local(g, Vec::new()).await.map(|_| ())
+    }
+
     /// Runs a shard's gathered batch through group `g` (see `Writes::replicate`).
     pub async fn replicate(
         &self,

@@ -184,10 +184,14 @@ impl ReplicaSet {
         let rt = groups.runtime_of(g);
         let sm = {
             let snapshot_dir = dir.join("snapshot");
-            rt.spawn(async move { GroupStateMachine::open(Arc::new(exec), Some(snapshot_dir)) })
-                .await
-                .map_err(|error| StartError::GroupTask { group: g, error })?
-                .map_err(|error| StartError::Snapshot { group: g, error })?
+            let clocks = self.writes.clocks().clone();
+            rt.spawn(async move {
+                GroupStateMachine::open(Arc::new(exec), Some(snapshot_dir))
+                    .map(|sm| sm.keeping_time(g, clocks))
+            })
+            .await
+            .map_err(|error| StartError::GroupTask { group: g, error })?
+            .map_err(|error| StartError::Snapshot { group: g, error })?
         };
         let factory = NetFactory(GroupNetworkFactory::new(groups.net.clone(), g));
         // Created on the event loop of the shard that owns the group's keys: the group's Raft

@@ -10,8 +10,9 @@
 //! to disk, and on restart openraft installs the last snapshot and re-applies the committed log
 //! after it.
 
+use crate::cluster::group_time::GroupClocks;
 use crate::cluster::typ::{
-    Applied, GroupSnapshot, LogId, Origin, SnapshotMeta, StoredMembership, TypeConfig,
+    Applied, GroupId, GroupSnapshot, LogId, Origin, SnapshotMeta, StoredMembership, TypeConfig,
 };
 use crate::cmd::{KeyCmd, Reply};
 use crate::store::Record;
@@ -29,6 +30,8 @@ use std::sync::{Arc, Mutex};
 /// One committed entry's commands, with the time they apply at.
 #[derive(Debug)]
 pub struct EntryBatch {
+    /// The group whose entry it is.
+    pub group: GroupId,
     pub now: u64,
     pub origin: Option<Origin>,
     pub cmds: Arc<Vec<KeyCmd>>,
@@ -95,6 +98,8 @@ pub struct GroupStateMachine<E: Executor> {
     progress: Arc<Mutex<Progress>>,
     /// Directory for the snapshot file; None keeps snapshots in memory only (tests).
     dir: Option<PathBuf>,
+    /// The group, and the node's group clocks that every applied entry's time raises.
+    time: Option<(GroupId, Arc<GroupClocks>)>,
 }
 
 impl<E: Executor> GroupStateMachine<E> {
@@ -115,8 +120,41 @@ impl<E: Executor> GroupStateMachine<E> {
             exec,
             progress: Arc::new(Mutex::new(progress)),
             dir,
+            time: None,
         })
     }
+
+    /// Keeps group `g`'s time on this node: every entry applied, and the snapshot found at
+    /// start, raise it.
+    pub(crate) fn keeping_time(mut self, g: GroupId, clocks: Arc<GroupClocks>) -> Self {
+        let snapshot_ts = lock(&self.progress)
+            .current
+            .as_ref()
+            .and_then(|(_, data)| snapshot_time(data));
+        if let Some(ts) = snapshot_ts {
+            clocks.observe(g, ts);
+        }
+        self.time = Some((g, clocks));
+        self
+    }
+
+    fn group(&self) -> GroupId {
+        self.time.as_ref().map_or(0, |(g, _)| *g)
+    }
+
+    fn observe(&self, ts: u64) {
+        if let Some((g, clocks)) = &self.time {
+            clocks.observe(*g, ts);
+        }
+    }
+}
+
+/// The group time a snapshot's body was taken at: its first field, read without decoding the
+/// keys.
+fn snapshot_time(data: &[u8]) -> Option<u64> {
+    bincode::serde::decode_from_slice::<u64, _>(data, bincode_cfg())
+        .ok()
+        .map(|(ts, _)| ts)
 }
 
 /// A snapshot's content, taken between two applies; building only encodes and stores it.
@@ -233,7 +271,9 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
                             p.last_ts = p.last_ts.max(proposal.ts);
                             p.last_ts
                         };
+                        self.observe(now);
                         work.push(EntryBatch {
+                            group: self.group(),
                             now,
                             origin: proposal.origin,
                             cmds: proposal.cmds,
@@ -302,10 +342,24 @@ impl<E: Executor> RaftStateMachine<TypeConfig> for GroupStateMachine<E> {
             crate::cluster::decode_bounded(&snapshot).map_err(io_err)?;
         self.exec.import(body.records).await?;
         store_snapshot(&self.progress, self.dir.as_deref(), meta, &snapshot)?;
-        let mut p = lock(&self.progress);
-        p.last_applied = meta.last_log_id;
-        p.membership = meta.last_membership.clone();
-        p.last_ts = p.last_ts.max(body.last_ts);
+        let now = {
+            let mut p = lock(&self.progress);
+            p.last_applied = meta.last_log_id;
+            p.membership = meta.last_membership.clone();
+            p.last_ts = p.last_ts.max(body.last_ts);
+            p.last_ts
+        };
+        self.observe(now);
+        // The keys of the group expire by its time: the shard learns it as from an entry.
+        self.exec
+            .apply(vec![EntryBatch {
+                group: self.group(),
+                now,
+                origin: None,
+                cmds: Arc::new(Vec::new()),
+                wanted: false,
+            }])
+            .await?;
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 use crate::clock::Clock;
 use crate::cluster::errors::{ProposeError, TryAgain};
 use crate::cluster::executor::GroupRaft;
+use crate::cluster::group_time::GroupClocks;
 use crate::cluster::groups::Groups;
 use crate::cluster::transport::{CallError, PeerError, Rpc, RpcOk};
 use crate::cluster::typ::{Applied, GroupId, NodeId, Origin, Proposal};
@@ -31,7 +32,8 @@ pub(crate) struct Writes {
     /// Serve clients that are not cluster-aware: forward to the leader instead of `-MOVED`.
     forward: bool,
     write_timeout: Duration,
-    clock: Arc<dyn Clock>,
+    /// Each group's time, as this node stamps it on the entries it proposes.
+    clocks: Arc<GroupClocks>,
     /// Log entries the shards gathered and proposed here, and the commands they carried.
     entries_proposed: AtomicU64,
     commands_proposed: AtomicU64,
@@ -52,7 +54,7 @@ impl Writes {
             gates: (0..all).map(|_| WriteGate::default()).collect(),
             forward,
             write_timeout,
-            clock,
+            clocks: Arc::new(GroupClocks::new(clock, all)),
             entries_proposed: AtomicU64::new(0),
             commands_proposed: AtomicU64::new(0),
             group_proposals: (0..all).map(|_| AtomicU64::new(0)).collect(),
@@ -61,6 +63,11 @@ impl Writes {
 
     pub(crate) fn groups(&self) -> &Arc<Groups> {
         &self.groups
+    }
+
+    /// Each group's time on this node; the state machines raise it as they apply.
+    pub(crate) fn clocks(&self) -> &Arc<GroupClocks> {
+        &self.clocks
     }
 
     /// A replica of `g` is here (again): writes to it are taken.
@@ -176,12 +183,14 @@ impl Writes {
                     .await
                 {
                     Ok(RpcOk::Forward(replies)) => Ok(Some(replies)),
-                    Ok(_) => Err(ProposeError::TryAgain(TryAgain::UnexpectedAnswer)),
+                    // The leader took the batch: whatever else it says, the batch may have
+                    // been applied.
+                    Ok(_) => Err(ProposeError::unknown(TryAgain::UnexpectedAnswer)),
                     Err(CallError::Peer(PeerError::Refused(e))) => Err(e),
                     Err(e @ CallError::CannotConnect(..)) => {
                         return Err(ProposeError::TryAgain(TryAgain::NotSent(e.to_string())));
                     }
-                    Err(e) => Err(ProposeError::TryAgain(TryAgain::CallFailed(e.to_string()))),
+                    Err(e) => Err(ProposeError::unknown(TryAgain::CallFailed(e.to_string()))),
                 }
             };
             match result {
@@ -204,6 +213,9 @@ impl Writes {
             },
             ProposeError::ClusterDown => "CLUSTERDOWN The cluster is down".to_string(),
             ProposeError::TryAgain(why) => format!("TRYAGAIN {why}"),
+            ProposeError::Unknown(why) => format!(
+                "UNKNOWN outcome unknown: {why}; the write may or may not have been applied"
+            ),
             ProposeError::Removed => {
                 format!(
                     "ERR node {} was removed from the cluster; it serves nothing",
@@ -222,7 +234,7 @@ impl Writes {
         self.commit(g, None, cmds).await
     }
 
-    /// Proposes on this node, which must lead the group; the leader stamps its time.
+    /// Proposes on this node, which must lead the group; the leader stamps the group's time.
     async fn commit(
         &self,
         g: GroupId,
@@ -263,7 +275,7 @@ impl Writes {
             self.commands_proposed
                 .fetch_add(cmds.len() as u64, Ordering::Relaxed);
         }
-        let proposal = Proposal::new(self.clock.now_ns(), origin, cmds);
+        let proposal = Proposal::new(self.clocks.stamp(g), origin, cmds);
         let write = raft.client_write(proposal);
         match wait_for_fate(write, self.write_timeout, || self.groups.majority_up(g)).await {
             Ok(Ok(resp)) => {
@@ -284,11 +296,17 @@ impl Writes {
                 },
                 Some(ClientWriteError::LogEntryDiscarded(_)) => {
                     let settled = origin.is_some() && self.settle_discarded(&raft).await;
-                    Err(ProposeError::TryAgain(TryAgain::Discarded { settled }))
+                    let why = TryAgain::Discarded { settled };
+                    Err(if settled {
+                        ProposeError::TryAgain(why)
+                    } else {
+                        ProposeError::unknown(why)
+                    })
                 }
-                _ => Err(ProposeError::TryAgain(TryAgain::Raft(e.to_string()))),
+                // The Raft stopped or failed with the entry perhaps in its log.
+                _ => Err(ProposeError::unknown(TryAgain::Raft(e.to_string()))),
             },
-            Err(waited) => Err(ProposeError::TryAgain(TryAgain::NotCommitted {
+            Err(waited) => Err(ProposeError::unknown(TryAgain::NotCommitted {
                 group: g,
                 waited,
             })),

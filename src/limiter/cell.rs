@@ -205,7 +205,12 @@ pub fn throttle(tat: Option<u64>, args: &CellArgs, now: u64) -> CellOutcome {
 
     // Every quantity below stays far inside i128: times are u64 ns, durations i64 ns.
     let now_w = i128::from(now);
-    let tat_w = tat.map_or(now_w, i128::from);
+    // A tat further ahead than the limit's whole capacity (stored at a time far ahead of this
+    // one) reads as an empty bucket, so no reply asks more than the limit itself can.
+    let tat_w = tat.map_or(now_w, |t| {
+        let t = i128::from(t);
+        if tau > 0 { t.min(now_w + tau) } else { t }
+    });
     let new_tat = if now_w > tat_w { now_w } else { tat_w } + increment;
     let diff = now_w - (new_tat - tau);
 
@@ -589,6 +594,25 @@ mod tests {
                 ((i128::from(s) * NS_PER_S) as f64 / c as f64) as i64
             };
             prop_assert_eq!(emission_interval(c, s), wide);
+        }
+
+        /// Whatever tat is stored (at any time, far ahead of now included), the reply asks no
+        /// more than the limit can: remaining within max_burst + 1, retry and reset within the
+        /// time the whole burst takes to drain.
+        #[test]
+        fn replies_stay_within_what_the_limit_can_ask(
+            tat in any::<u64>(),
+            b in 0i64..=1000,
+            c in 1i64..=1000,
+            p in 1i64..=3600,
+            quantity in 0i64..=3,
+            now in NOW..=NOW * 2,
+        ) {
+            let reply = throttle(Some(tat), &args(b, c, p, quantity), now).reply.unwrap();
+            let drain_s = emission_interval(c, p) as i128 * i128::from(b + 1) / NS_PER_S + 1;
+            prop_assert!((0..=b + 1).contains(&reply[2]), "{reply:?}");
+            prop_assert!(i128::from(reply[3]) <= drain_s, "{reply:?} drain {drain_s}");
+            prop_assert!((0..=drain_s).contains(&i128::from(reply[4])), "{reply:?} drain {drain_s}");
         }
 
         /// On ordinary arguments, max_burst B, count C, period P admits and refuses exactly as

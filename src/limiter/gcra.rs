@@ -23,9 +23,11 @@ pub(crate) fn check(
     let (interval, tau) = params(rule);
     let now_w = u128::from(now);
     // A tat in the past only means the bucket is full: idle time beyond that earns nothing.
-    let start = tat.map_or(now_w, |t| u128::from(t).max(now_w));
+    // A debt beyond the capacity (a rule changed to a smaller one, or a state stored at a
+    // time far ahead of this one) reads as an empty bucket: no reply asks more than the
+    // limit itself can.
+    let start = tat.map_or(now_w, |t| u128::from(t).max(now_w).min(now_w + tau));
     let debt = start - now_w;
-    // After a rule change the stored debt may exceed the new capacity; that reads as empty.
     let available = clamp_to_u64(tau.saturating_sub(debt) / interval);
     let mut decision = Decision {
         allowed: true,
@@ -196,7 +198,9 @@ mod tests {
         );
         assert!(!out.decision.allowed);
         assert_eq!(out.decision.remaining, 0);
-        assert_eq!(out.decision.retry_after_ns, Some(9 * SEC + 250 * MS));
+        // As long as an empty bucket of this rule waits for one unit, not the stored debt.
+        assert_eq!(out.decision.retry_after_ns, Some(250 * MS));
+        assert_eq!(out.decision.reset_after_ns, SEC);
     }
 
     #[test]

@@ -573,6 +573,50 @@ mod tests {
             prop_assert_eq!(parse_spec(&rule.to_string()), Ok(rule));
         }
 
+        /// Whatever the stored state says (stored at any time, ahead of now or long past), a
+        /// reply stays within what the limit itself can ask: remaining within the capacity,
+        /// a wait no longer than an empty limit's.
+        #[test]
+        fn replies_stay_within_what_the_limit_can_ask(
+            rule in any_rule(),
+            algorithm in prop_oneof![
+                Just(Algorithm::Gcra),
+                Just(Algorithm::Sliding),
+                Just(Algorithm::Fixed),
+                Just(Algorithm::Aligned)
+            ],
+            a in any::<u64>(),
+            b in any::<u64>(),
+            c in any::<u64>(),
+            cost in 0u64..=4,
+            now in 0u64..=u64::MAX / 4,
+        ) {
+            let Ok(rule) = Rule::new(algorithm, rule.limit, rule.period_ns, Some(rule.burst)) else {
+                return Ok(());
+            };
+            let state = match algorithm {
+                Algorithm::Gcra => State::Gcra { tat: a },
+                Algorithm::Fixed => State::Fixed { start: a, count: b },
+                Algorithm::Aligned => State::Aligned { start: a, count: b },
+                Algorithm::Sliding => State::Sliding { start: a, prev: b, cur: c },
+            };
+            let d = check(&rule, Some(state), cost, now).decision;
+            let capacity = match algorithm {
+                Algorithm::Gcra => rule.burst,
+                _ => rule.limit,
+            };
+            prop_assert!(d.remaining <= capacity, "{d:?}");
+            let longest = match algorithm {
+                Algorithm::Gcra => rule.emission_interval().saturating_mul(rule.burst),
+                Algorithm::Fixed | Algorithm::Aligned => rule.period_ns,
+                Algorithm::Sliding => rule.period_ns.saturating_mul(2),
+            };
+            prop_assert!(d.reset_after_ns <= longest, "{d:?} longest {longest}");
+            if let Some(retry) = d.retry_after_ns {
+                prop_assert!(retry <= longest, "{d:?} longest {longest}");
+            }
+        }
+
         #[test]
         fn parse_never_panics(s in "[a-zA-Z0-9:/ +.-]{0,24}") {
             if let Ok(rule) = parse_spec(&s) {

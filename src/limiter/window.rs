@@ -45,7 +45,10 @@ fn check_window(
     opens: u64,
 ) -> (Decision, Option<(u64, u64)>) {
     let period = rule.period_ns.max(1);
+    // A window stored as starting ahead of now (at a time far ahead of this one) counts as
+    // the window open now: no reply asks more than one period.
     let (start, count) = window
+        .map(|(start, count)| (start.min(opens), count))
         .filter(|&(start, _)| now < start.saturating_add(period))
         .unwrap_or((opens, 0));
     let left = start.saturating_add(period).saturating_sub(now);
@@ -127,7 +130,9 @@ impl Sliding {
         let Some((start, prev, cur)) = window else {
             return fresh;
         };
-        let start = u128::from(start);
+        // A window stored as starting ahead of now (at a time far ahead of this one) counts as
+        // the window that contains now: no reply asks more than two periods.
+        let start = u128::from(start).min(fresh.start);
         if now >= start + 2 * period {
             fresh
         } else if now >= start + period {

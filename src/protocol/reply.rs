@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The error codes counted one by one, sorted by name as Redis lists them; any other code is
 /// counted in one more bucket, shown as `OTHER`.
-pub(crate) const ERROR_CODES: [&str; 18] = [
+pub(crate) const ERROR_CODES: [&str; 19] = [
     "ASK",
     "BUSY",
     "CLUSTERDOWN",
@@ -31,6 +31,7 @@ pub(crate) const ERROR_CODES: [&str; 18] = [
     "OOM",
     "READONLY",
     "TRYAGAIN",
+    "UNKNOWN",
     "WRONGPASS",
     "WRONGTYPE",
 ];

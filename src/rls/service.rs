@@ -95,7 +95,7 @@ impl Service {
         let (mut items, keys) = self.match_descriptors(&req)?;
         drop_replaced(&mut items);
         let (set, blocked) = limit_set_of(&mut items, keys);
-        let now = self.node.clock.now_ns();
+        let now = self.node.now();
         let mut each = if set.is_empty() {
             Vec::new()
         } else {

@@ -130,6 +130,7 @@ pub(crate) fn start_shards(
         live,
         shards: handles,
         rules,
+        time: Mutex::new(crate::clock::Timeline::new(clock.clone())),
         clock,
         clients: Mutex::new(BTreeMap::new()),
         stats: NodeStats::default(),

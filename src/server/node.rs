@@ -104,6 +104,9 @@ pub struct Node {
     pub shards: Vec<ShardHandle>,
     pub rules: RuleStore,
     pub clock: Arc<dyn Clock>,
+    /// The node's own reading of limit time (TIME, the rate limit service, snapshots); each
+    /// shard keeps its own, from the same clock and the same floor.
+    pub(super) time: Mutex<crate::clock::Timeline>,
     pub clients: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
     pub stats: NodeStats,
     pub started: Instant,
@@ -129,6 +132,12 @@ pub struct Node {
 }
 
 impl Node {
+    /// Limit time on this node (see `clock::Timeline`): what TIME answers and what a
+    /// snapshot records.
+    pub fn now(&self) -> u64 {
+        crate::sync::lock(&self.time).now()
+    }
+
     /// A standalone node's snapshot directory, when it keeps one.
     pub(crate) fn standalone_data_dir(&self) -> Option<&std::path::Path> {
         match &self.settings.cluster {

@@ -1,7 +1,8 @@
 //! A standalone node's keys across restarts: a snapshot file in `--data-dir`, written every
 //! `--save-interval` seconds and at shutdown, and loaded when the node starts.
 //!
-//! The file (`dump.bkd`) is a header, then one chunk per store partition of each shard
+//! The file (`dump.bkd`) is a header and the node's limit time when it was saved (`u64`, and
+//! its `u32` CRC-32C), then one chunk per store partition of each shard
 //! (`u32` length, `u32` CRC-32C of the body, the body: bincode of the partition's records),
 //! then a trailer with the number of records and its own checksum. A snapshot is written to
 //! a temporary file, synced and renamed over the old one, so a crash while saving leaves the
@@ -11,6 +12,11 @@
 //!
 //! Each shard copies its keys out one partition at a time and serves its clients between
 //! partitions. Each key is saved as it was when its partition was copied.
+//!
+//! The saved time is a floor for the node's time once it loads the file: a node restarted
+//! after its wall clock stepped back resumes its limits from where they were, rather than
+//! counting the step as time still to wait. (Files of the first format, `BKDSNAP1`, hold no
+//! time and are still read.)
 
 use super::Node;
 use crate::error::StartError;
@@ -25,7 +31,9 @@ use tokio::sync::oneshot;
 
 /// The snapshot's name in the data directory.
 pub(crate) const FILE: &str = "dump.bkd";
-const HEADER: &[u8; 8] = b"BKDSNAP1";
+const HEADER: &[u8; 8] = b"BKDSNAP2";
+/// The first format's header: no time follows it.
+const HEADER_V1: &[u8; 8] = b"BKDSNAP1";
 const TRAILER: &[u8; 8] = b"BKDEND01";
 /// Largest chunk a reader accepts: one partition of one shard, far above what a partition
 /// holds (the store splits a shard's keys over many partitions).
@@ -70,8 +78,10 @@ impl std::fmt::Display for SaveError {
 async fn encode(node: &Node) -> Result<(Vec<u8>, u64), SaveError> {
     let mut out = Vec::with_capacity(1 << 20);
     out.extend_from_slice(HEADER);
+    let now = node.now();
+    out.extend_from_slice(&now.to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&now.to_le_bytes()).to_le_bytes());
     let mut count: u64 = 0;
-    let now = node.clock.now_ns();
     for shard in &node.shards {
         for part in 0..Store::partitions() {
             let (reply, rx) = oneshot::channel();
@@ -123,11 +133,37 @@ pub(crate) async fn save(node: &Node, dir: &Path) -> Result<u64, SaveError> {
     Ok(count)
 }
 
+/// A snapshot's content: the node's time when it was saved (0 in the first format) and its
+/// keys.
+pub(crate) struct Dump {
+    pub(crate) saved_at: u64,
+    pub(crate) records: Vec<Record>,
+}
+
 /// Reads and checks a snapshot's bytes.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Record>, String> {
-    let rest = bytes
-        .strip_prefix(HEADER.as_slice())
-        .ok_or("not a bucketd snapshot (bad header)")?;
+pub(crate) fn decode(bytes: &[u8]) -> Result<Dump, String> {
+    let (saved_at, rest) = if let Some(rest) = bytes.strip_prefix(HEADER.as_slice()) {
+        let (time, crc) = match (rest.get(..8), rest.get(8..12)) {
+            (Some(t), Some(c)) => (t, c),
+            _ => return Err("the file ends inside its header (a torn copy)".into()),
+        };
+        if crc32c::crc32c(time).to_le_bytes() != crc {
+            return Err("the saved time's checksum does not match".into());
+        }
+        let mut t = [0u8; 8];
+        t.copy_from_slice(time);
+        (u64::from_le_bytes(t), &rest[12..])
+    } else if let Some(rest) = bytes.strip_prefix(HEADER_V1.as_slice()) {
+        (0, rest)
+    } else {
+        return Err("not a bucketd snapshot (bad header)".into());
+    };
+    let records = decode_chunks(rest)?;
+    Ok(Dump { saved_at, records })
+}
+
+/// The chunks and trailer after the header.
+fn decode_chunks(rest: &[u8]) -> Result<Vec<Record>, String> {
     let mut at = 0usize;
     let mut records = Vec::new();
     loop {
@@ -190,8 +226,21 @@ pub(crate) async fn load(node: &Node, dir: &Path) -> Result<u64, StartError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => return Err(refuse(e.to_string())),
     };
-    let records = decode(&bytes).map_err(refuse)?;
+    let Dump { saved_at, records } = decode(&bytes).map_err(refuse)?;
     drop(bytes);
+    // The keys were saved at `saved_at`: time here resumes from there at least.
+    crate::sync::lock(&node.time).raise(saved_at);
+    for shard in &node.shards {
+        let (reply, rx) = oneshot::channel();
+        shard
+            .send(ShardMsg::RaiseTime {
+                at: saved_at,
+                reply,
+            })
+            .await
+            .map_err(|_| StartError::ShardStopped)?;
+        rx.await.map_err(|_| StartError::ShardStopped)?;
+    }
     let count = records.len() as u64;
     let mut by_shard: Vec<Vec<Record>> = node.shards.iter().map(|_| Vec::new()).collect();
     for r in records {
@@ -262,6 +311,8 @@ mod tests {
         ];
         let body = bincode::serde::encode_to_vec(&records, bincode_config()).unwrap();
         let mut out = HEADER.to_vec();
+        out.extend_from_slice(&77u64.to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&77u64.to_le_bytes()).to_le_bytes());
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
         out.extend_from_slice(&body);
@@ -273,7 +324,9 @@ mod tests {
 
     #[test]
     fn a_whole_snapshot_reads_back() {
-        let r = decode(&sample()).unwrap();
+        let d = decode(&sample()).unwrap();
+        assert_eq!(d.saved_at, 77);
+        let r = d.records;
         assert_eq!(r.len(), 2);
         assert_eq!(r[1].value, OwnedValue::Str(b"xyz".to_vec()));
     }
@@ -289,5 +342,14 @@ mod tests {
             bad[i] ^= 0x40;
             assert!(decode(&bad).is_err(), "byte {i} flipped");
         }
+    }
+
+    #[test]
+    fn the_first_format_reads_back_without_a_time() {
+        let v2 = sample();
+        let mut v1 = HEADER_V1.to_vec();
+        v1.extend_from_slice(&v2[20..]);
+        let d = decode(&v1).unwrap();
+        assert_eq!((d.saved_at, d.records.len()), (0, 2));
     }
 }

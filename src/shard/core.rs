@@ -3,7 +3,7 @@
 
 use super::msg::{Answer, Lent};
 use super::stats::ShardStats;
-use crate::clock::Clock;
+use crate::clock::{Clock, Timeline};
 use crate::cmd::{ExecStats, KeyCmd, Reply, Stores, eval_in, execute, is_escalate};
 use crate::slot::key_slot;
 use crate::store::{Record, Store};
@@ -51,8 +51,11 @@ pub(super) fn reply_bytes(r: &Reply) -> usize {
 pub struct ShardCore {
     pub id: usize,
     pub store: Store,
-    clock: Arc<dyn Clock>,
-    last_now: u64,
+    /// Limit time on this shard (standalone: what commands apply at).
+    time: Timeline,
+    /// In a cluster: the time each group this shard holds has reached (the time of the last
+    /// entry it applied), what its keys expire by.
+    group_time: Option<super::group_times::GroupTimes>,
     stats: Arc<ShardStats>,
     /// The most bytes the store held since memory was last handed back.
     peak_since_trim: usize,
@@ -127,8 +130,8 @@ impl ShardCore {
         ShardCore {
             id,
             store,
-            clock,
-            last_now: 0,
+            time: Timeline::new(clock),
+            group_time: None,
             stats,
             peak_since_trim: 0,
             bytes_at_trim: 0,
@@ -212,11 +215,15 @@ impl ShardCore {
         self.store = store;
     }
 
-    /// The shard's notion of now: the injected clock, never running backward.
+    /// The shard's limit time (see `clock::Timeline`): never backward, unmoved by steps of
+    /// the wall clock.
     pub fn now(&mut self) -> u64 {
-        let n = self.clock.now_ns().max(self.last_now);
-        self.last_now = n;
-        n
+        self.time.now()
+    }
+
+    /// Limit time here must not fall below `at` (a snapshot's time).
+    pub fn raise_time(&mut self, at: u64) {
+        self.time.raise(at);
     }
 
     /// Applies commands at one instant, calling `each` with every reply in order.
@@ -283,6 +290,9 @@ impl ShardCore {
     pub fn apply_entries(&mut self, batches: Vec<crate::cluster::EntryBatch>) -> Vec<Vec<Reply>> {
         let mut all = Vec::with_capacity(batches.len());
         for b in batches {
+            if let Some(gt) = self.group_time.as_mut() {
+                gt.applied(b.group, b.now);
+            }
             self.prefetch(&b.cmds);
             // A replica's copy of another node's entry: nobody reads its replies.
             let keep = b.wanted || self.proposer.as_ref().is_some_and(|p| p.proposed(b.origin));
@@ -393,12 +403,29 @@ impl ShardCore {
         }
     }
 
-    /// One step of active expiry, then publishes the figures INFO shows.
-    pub fn sweep(&mut self) {
+    /// This shard holds keys of a cluster's groups (see `group_times`).
+    pub(crate) fn hold_groups(&mut self, spec: crate::cluster::ClusterSpec) {
+        self.group_time = Some(super::group_times::GroupTimes::new(spec));
+    }
+
+    /// One step of active expiry, then publishes the figures INFO shows. In a cluster, keys
+    /// expire by their group's time; the groups whose leader should move it on (an empty
+    /// entry) are handed back.
+    pub fn sweep(&mut self) -> Vec<crate::cluster::GroupId> {
         let now = self.now();
         // A shard that adds and removes nothing still joins a cap switched on elsewhere.
         self.store.sync_caps();
-        self.store.sweep(now, SWEEP_PARTS_PER_TICK);
+        let due = match self.group_time.as_mut() {
+            None => {
+                self.store.sweep(now, SWEEP_PARTS_PER_TICK);
+                Vec::new()
+            }
+            Some(gt) => {
+                self.store
+                    .sweep_by(now, SWEEP_PARTS_PER_TICK, |key, exp| gt.expired(key, exp));
+                gt.due_groups(std::time::Instant::now())
+            }
+        };
         // Freed records go back to the allocator, which keeps them; once the store has shrunk
         // to under half of its peak, hand them back to the operating system, so RSS follows
         // the active callers. Not while keys only come and go: the allocator reuses what they
@@ -427,5 +454,6 @@ impl ShardCore {
         s.rejected_full.store(u.rejected_full, Ordering::Relaxed);
         s.expires.store(u.expires as u64, Ordering::Relaxed);
         s.avg_ttl_ms.store(u.avg_ttl_ms, Ordering::Relaxed);
+        due
     }
 }

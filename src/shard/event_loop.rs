@@ -43,7 +43,12 @@ pub(crate) fn run<A, F>(
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     tokio::select! {
-                        _ = tick.tick() => core.borrow_mut().sweep(),
+                        _ = tick.tick() => {
+                            let due = core.borrow_mut().sweep();
+                            if !due.is_empty() {
+                                move_group_time_on(&core, due);
+                            }
+                        }
                         _ = shutdown.recv() => break,
                     }
                 }
@@ -74,6 +79,7 @@ pub(crate) fn run<A, F>(
                     let _ = reply.send(replies);
                 }
                 ShardMsg::Attach(cluster, run) => {
+                    core.borrow_mut().hold_groups(cluster.spec.clone());
                     let p = super::proposer::Proposer::new(cluster, run);
                     let kick = p.kick();
                     core.borrow_mut().proposer = Some(p);
@@ -99,6 +105,10 @@ pub(crate) fn run<A, F>(
                 }
                 ShardMsg::ClearPart { slots, part, reply } => {
                     core.borrow_mut().clear_part(slots, part);
+                    let _ = reply.send(());
+                }
+                ShardMsg::RaiseTime { at, reply } => {
+                    core.borrow_mut().raise_time(at);
                     let _ = reply.send(());
                 }
                 ShardMsg::Accept(std_stream, transport) => {
@@ -190,11 +200,27 @@ async fn submit(
             if p.is_waiting(origin.seq) {
                 p.failed(
                     origin.seq,
-                    &ProposeError::TryAgain(TryAgain::CommittedWithoutReplies),
+                    &ProposeError::unknown(TryAgain::CommittedWithoutReplies),
                 );
             }
         }
         Ok(Some(replies)) => p.answered(origin.seq, replies),
         Err(e) => p.failed(origin.seq, &e),
+    }
+}
+
+/// Has this node, where it leads them, commit an empty entry to each of `groups`: its stamp
+/// moves the group's time on, and with it the expiry of its keys on every replica.
+fn move_group_time_on(core: &super::core::CoreRef, groups: Vec<GroupId>) {
+    let Some(cluster) = core.borrow().proposer.as_ref().map(|p| p.cluster().clone()) else {
+        return;
+    };
+    for g in groups {
+        if cluster.leads(g) {
+            let cluster = cluster.clone();
+            tokio::task::spawn_local(async move {
+                let _ = cluster.move_time_on(g).await;
+            });
+        }
     }
 }

@@ -14,11 +14,13 @@
 //! - `proposer`: in a cluster, gathers a turn's commands per group into one log entry and
 //!   answers them when the entry is applied;
 //! - `executor`: what the cluster asks of a shard (applying committed entries, snapshots);
+//! - `group_times`: in a cluster, the time each group has reached, which its keys expire by;
 //! - `stats`: the figures a shard publishes for INFO and the metrics.
 
 mod core;
 mod event_loop;
 mod executor;
+mod group_times;
 pub(crate) mod metrics;
 mod msg;
 mod proposer;

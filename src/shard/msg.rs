@@ -64,6 +64,12 @@ pub enum ShardMsg {
         part: usize,
         reply: oneshot::Sender<()>,
     },
+    /// Limit time on this shard must not fall below `at` (a standalone node's snapshot was
+    /// saved at that time): it runs on from there.
+    RaiseTime {
+        at: u64,
+        reply: oneshot::Sender<()>,
+    },
     /// A new client connection to serve on this shard, from the plain or the TLS port.
     Accept(std::net::TcpStream, Transport),
     /// Lends the shard's store to a connection that runs a command over the keys of several

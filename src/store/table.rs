@@ -687,6 +687,18 @@ impl Store {
     /// Removes expired entries from the next `partitions` partitions of the table, compacting and
     /// shrinking them as they empty; returns how many entries were removed.
     pub fn sweep(&mut self, now: u64, partitions: usize) -> usize {
+        self.sweep_by(now, partitions, |_, exp| is_expired(exp, now))
+    }
+
+    /// As `sweep`, where `expired(key, expires_at)` says whether a key whose expiry time is
+    /// at or before `now` is gone (in a cluster, a key expires by its group's time, which may
+    /// be behind `now`). Partitions with nothing due by `now` are not walked.
+    pub fn sweep_by(
+        &mut self,
+        now: u64,
+        partitions: usize,
+        mut expired: impl FnMut(&[u8], u64) -> bool,
+    ) -> usize {
         let mut removed = 0;
         for _ in 0..partitions.min(PARTITIONS) {
             let idx = self.sweep_cursor;
@@ -712,7 +724,7 @@ impl Store {
                 index.retain(|o| {
                     let off = *o as usize;
                     let exp = view(arena, colls, off).expires_at;
-                    if is_expired(exp, now) {
+                    if is_expired(exp, now) && expired(key_of(arena, off), exp) {
                         let freed = coll_id(arena, off).map_or(0, |id| colls.remove(id));
                         let len = kill(arena, dead, off);
                         usage.remove(len + INDEX_COST + freed);

@@ -45,7 +45,7 @@ pub(super) async fn run(s: &mut Session, cmd: ServerCmd, buf: &mut Vec<u8>) -> R
             ReplyWriter::new(buf, s.resp3()).ok();
         }
         ServerCmd::Time => {
-            let now = s.node().clock.now_ns();
+            let now = s.node().now();
             let mut w = ReplyWriter::new(buf, s.resp3());
             w.array(2);
             w.bulk((now / 1_000_000_000).to_string().as_bytes());
