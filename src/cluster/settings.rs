@@ -24,7 +24,8 @@ pub struct ClusterSettings {
     pub fsync: bool,
     pub heartbeat_ms: u64,
     pub election_timeout_ms: (u64, u64),
-    /// How long a write may wait for its group to commit before the client gets `-TRYAGAIN`.
+    /// How long a write may wait for its group to commit when the group's majority is out of
+    /// reach, before the client gets `-UNKNOWN` (in reach, it waits up to `FATE_WAIT`).
     pub write_timeout: Duration,
     /// Even out the leaderships over the nodes that are up (on unless something else moves
     /// leaderships deliberately).

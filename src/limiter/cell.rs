@@ -206,10 +206,17 @@ pub fn throttle(tat: Option<u64>, args: &CellArgs, now: u64) -> CellOutcome {
     // Every quantity below stays far inside i128: times are u64 ns, durations i64 ns.
     let now_w = i128::from(now);
     // A tat further ahead than the limit's whole capacity (stored at a time far ahead of this
-    // one) reads as an empty bucket, so no reply asks more than the limit itself can.
+    // one, or wrapped by a negative quantity) reads as an empty bucket, and one behind now (a
+    // key a negative quantity left without expiry) as a full one: no reply asks more than the
+    // limit itself can, where redis-cell would answer a negative reset, or more remaining than
+    // the limit.
     let tat_w = tat.map_or(now_w, |t| {
         let t = i128::from(t);
-        if tau > 0 { t.min(now_w + tau) } else { t }
+        if tau > 0 {
+            t.clamp(now_w, now_w + tau)
+        } else {
+            t
+        }
     });
     let new_tat = if now_w > tat_w { now_w } else { tat_w } + increment;
     let diff = now_w - (new_tat - tau);
@@ -445,9 +452,10 @@ mod tests {
                 expires_at: 0
             }
         );
-        // A later limited request reads that past tat as it is.
+        // A later limited request reads that past tat as a full bucket (redis-cell reads it as
+        // it is: 5003 remaining, a reset of -5 s).
         let later = throttle(Some(NOW - MS), &args(1, 1000, 1, 5), NOW + 5 * SEC);
-        assert_eq!(later.reply, Ok([1, 2, 5003, -1, -5]));
+        assert_eq!(later.reply, Ok([1, 2, 2, -1, 0]));
         // Taking back more than a millisecond fails after writing the key.
         let out = throttle(None, &args(1, 1, 60, -1), NOW);
         assert_eq!(out.reply, Err(CellError::SetExpire));

@@ -709,7 +709,7 @@ impl Store {
             let due = t.next_expiry != 0 && t.next_expiry <= now && t.cooldown_until <= now;
             // Entries and live bytes when the walk began, and how many the walk removed.
             let before = part.index.len();
-            let (mut live_before, mut gone) = (0, 0);
+            let (mut live_before, mut gone, mut held) = (0, 0, 0);
             if due {
                 usage.sweep_walks += 1;
                 let Partition {
@@ -724,13 +724,15 @@ impl Store {
                 index.retain(|o| {
                     let off = *o as usize;
                     let exp = view(arena, colls, off).expires_at;
-                    if is_expired(exp, now) && expired(key_of(arena, off), exp) {
+                    let due = is_expired(exp, now);
+                    if due && expired(key_of(arena, off), exp) {
                         let freed = coll_id(arena, off).map_or(0, |id| colls.remove(id));
                         let len = kill(arena, dead, off);
                         usage.remove(len + INDEX_COST + freed);
                         usage.expires -= 1;
                         false
                     } else {
+                        held += usize::from(due);
                         if exp != 0 && (next == 0 || exp < next) {
                             next = exp;
                         }
@@ -740,7 +742,9 @@ impl Store {
                 gone = before - index.len();
                 removed += gone;
                 timing.next_expiry = next;
-                timing.cooldown_until = if gone * TRICKLE < before {
+                // Keys held back by `expired` go soon (their group's time is on its way): no
+                // rest then.
+                timing.cooldown_until = if held == 0 && gone * TRICKLE < before {
                     now.saturating_add(REST_NS)
                 } else {
                     0

@@ -702,8 +702,9 @@ pub struct Route {
     pub moved: usize,
     /// Attempts that failed before reaching a node that could take the command.
     pub retries: usize,
-    /// Attempts whose fate is unknown: `-TRYAGAIN` (the entry may still commit) or a
+    /// Attempts whose fate is unknown: `-UNKNOWN` (the entry may still commit) or a
     /// connection lost after sending. A write retried after one may have been applied twice.
+    /// (`-TRYAGAIN`, like `-MOVED` and `-CLUSTERDOWN`, says the write was not applied.)
     pub ambiguous: usize,
 }
 
@@ -781,9 +782,15 @@ impl Router {
                 }
                 Ok(Resp::Error(e)) if e.starts_with("CLUSTERDOWN") || e.starts_with("TRYAGAIN") => {
                     route.retries += 1;
-                    if e.starts_with("TRYAGAIN") {
-                        route.ambiguous += 1;
-                    }
+                    last = format!("{target}: {e}");
+                    target = self.rotate();
+                    true
+                }
+                // Redis clients do not retry this by themselves; this one does, and counts
+                // the attempt as one that may have been applied.
+                Ok(Resp::Error(e)) if e.starts_with("UNKNOWN") => {
+                    route.retries += 1;
+                    route.ambiguous += 1;
                     last = format!("{target}: {e}");
                     target = self.rotate();
                     true

@@ -8,6 +8,7 @@ mod common;
 mod harness;
 
 mod clients;
+mod clocks;
 mod collections;
 mod concurrency;
 mod failover;

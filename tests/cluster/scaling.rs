@@ -760,7 +760,7 @@ async fn probe(
                         break true;
                     }
                     Ok(other) => {
-                        if other.error().is_some_and(|e| e.starts_with("TRYAGAIN")) {
+                        if other.error().is_some_and(|e| e.starts_with("UNKNOWN")) {
                             p.ambiguous += 1;
                         }
                         p.other.push((ph, format!("{addr}: {other:?}")));
