@@ -7,7 +7,8 @@ Usage: scale_load.py --port PORT --prefix P --keys N --stop FILE [options]
 
 Key i is `{prefix}{i}`; at `t` seconds after the start, keys 0 .. min(N, first + step * (t //
 step_secs)) are in use, so buckets run out all along the run. Prints, at the end, one line per
-key used (`count KEY ADMITS REFUSALS`), up to 20 lines `error SECONDS TEXT`, and one
+key used (`count KEY ADMITS REFUSALS`), one per key with writes answered `-UNKNOWN`
+(`unknown KEY N`: they may have been applied), up to 20 lines `error SECONDS TEXT`, and one
 `total REQUESTS ERRORS` line. Exits 0 however the replies went: judging them is the test's job.
 """
 
@@ -40,6 +41,7 @@ def main():
     refusals = {}
     errors = []
     n_errors = 0
+    unknown = {}
     requests = 0
     t0 = time.monotonic()
     i = a.offset
@@ -60,8 +62,12 @@ def main():
             else:
                 refusals[key] = refusals.get(key, 0) + 1
         except Exception as e:  # every error the application would see
-            n_errors += 1
-            if len(errors) < 20:
+            if "UNKNOWN" in str(e):
+                # The write may have been applied: counted apart, per key.
+                unknown[key] = unknown.get(key, 0) + 1
+            else:
+                n_errors += 1
+            if len(errors) < 20 and "UNKNOWN" not in str(e):
                 text = f"{type(e).__name__}: {e}".replace("\n", " ")
                 errors.append(f"{time.monotonic() - t0:.3f} {key} {text}")
             time.sleep(0.05)
@@ -70,6 +76,8 @@ def main():
 
     for key in sorted(set(admits) | set(refusals)):
         print(f"count {key} {admits.get(key, 0)} {refusals.get(key, 0)}")
+    for key in sorted(unknown):
+        print(f"unknown {key} {unknown[key]}")
     for e in errors:
         print(f"error {e}")
     print(f"total {requests} {n_errors}")
