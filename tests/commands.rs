@@ -440,6 +440,27 @@ async fn info_sections() {
         let server: String = q(&mut c, &["INFO", "server"]).await;
         assert!(server.contains("redis_version:"));
         assert!(!server.contains("# Clients"), "{server}");
+        // Limit time: the wall clock's, until the wall clock steps; a step back of an hour
+        // shows as limit time an hour ahead, and TIME keeps answering limit time.
+        use bucketd::clock::Clock;
+        let wall_us = node.clock.now_ns() / 1000;
+        assert_eq!(
+            info_field(&server, "server_time_usec"),
+            Some(wall_us.to_string())
+        );
+        assert_eq!(info_field(&server, "clock_offset_ms").as_deref(), Some("0"));
+        node.clock.step_ns(-3_600_000_000_000);
+        let server: String = q(&mut c, &["INFO", "server"]).await;
+        assert_eq!(
+            info_field(&server, "server_time_usec"),
+            Some(wall_us.to_string())
+        );
+        assert_eq!(
+            info_field(&server, "clock_offset_ms").as_deref(),
+            Some("3600000")
+        );
+        let time: Vec<String> = q(&mut c, &["TIME"]).await;
+        assert_eq!(time[0], (wall_us / 1_000_000).to_string());
         let two: String = q(&mut c, &["INFO", "clients", "memory"]).await;
         assert!(two.contains("# Clients") && two.contains("# Memory") && !two.contains("# Stats"));
         let clients = info_field(&two, "connected_clients").unwrap();
