@@ -96,7 +96,8 @@ fetch_suite() {
     # `apt-get source` run by hand in $src leaves the tree one level down, beside the package's
     # files: use it rather than fetching again into a directory that is not empty.
     local nested
-    nested="$(find "$src" -mindepth 3 -maxdepth 3 -path '*/tests/test_helper.tcl' -print -quit 2>/dev/null)"
+    # (find fails when $src does not exist yet, as on a fresh machine: nothing nested then)
+    nested="$(find "$src" -mindepth 3 -maxdepth 3 -path '*/tests/test_helper.tcl' -print -quit 2>/dev/null || true)"
     if [ -n "$nested" ]; then
         src="$(dirname "$(dirname "$nested")")"
         return 0
