@@ -261,8 +261,11 @@ impl Conn {
         match res {
             Ok(()) => Ok(()),
             Err(Stop::Gone) => {
-                ReplyWriter::new(&mut self.out, self.ses.resp3)
-                    .error("ERR server is shutting down");
+                // The round's commands went to a shard that stopped before it answered: they
+                // may have been applied (in a cluster, their entries may still commit).
+                ReplyWriter::new(&mut self.out, self.ses.resp3).error(
+                    "UNKNOWN outcome unknown: the node is shutting down; the command may or may not have been applied",
+                );
                 self.ses.quit = true;
                 Ok(())
             }

@@ -16,6 +16,7 @@ mod hashes;
 mod membership;
 mod metrics;
 mod network;
+mod outcomes;
 mod partition;
 mod peer_auth;
 mod pipeline;
