@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A `bucketd` child process on a free loopback port, killed when dropped. Its log is kept in a
@@ -20,6 +20,12 @@ impl BucketdProcess {
     /// Starts `bin` (the binary cargo built for the test: `env!("CARGO_BIN_EXE_bucketd")`)
     /// with `args` besides its address, and waits until it answers PING.
     pub fn start(bin: &str, args: &[&str]) -> BucketdProcess {
+        BucketdProcess::start_with_env(bin, args, &[])
+    }
+
+    /// Like `start`, with `env` added to the process's environment (e.g. a preloaded library
+    /// that fakes the wall clock).
+    pub fn start_with_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> BucketdProcess {
         let dir = super::temp_dir("bucketd-process");
         let log = dir.join("bucketd.log");
         // `free_port` only saw the port free a moment before: a node that exits at once has
@@ -34,6 +40,7 @@ impl BucketdProcess {
                 .args(args)
                 .env("NO_COLOR", "1")
                 .env_remove("RUST_LOG")
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err)
@@ -60,6 +67,28 @@ impl BucketdProcess {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops the node as an operator does, with SIGTERM (a graceful stop: a node with a data
+    /// directory saves its snapshot), and waits up to `limit` for it to exit.
+    pub fn stop(&mut self, limit: Duration) -> ExitStatus {
+        let st = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(st.success(), "kill -TERM {} failed", self.child.id());
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait on bucketd") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "bucketd did not exit within {limit:?} of SIGTERM; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The node's log so far.
