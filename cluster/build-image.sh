@@ -20,8 +20,9 @@ cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-bucketd:local}
 PROFILE=${BUCKETD_PROFILE:-release}
-# Cargo puts the dev profile's output under target/debug, every other profile's under its name.
-BIN=target/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/bucketd
+# Cargo puts the dev profile's output under target/debug, every other profile's under its name
+# (in CARGO_TARGET_DIR when that is set).
+BIN=${CARGO_TARGET_DIR:-target}/$([ "$PROFILE" = dev ] && echo debug || echo "$PROFILE")/bucketd
 ROOTFS=target/docker-rootfs
 # Empty; the Dockerfile copies it to /data with --chown, which only takes effect on a directory
 # that COPY creates (hence not part of the root filesystem above).
