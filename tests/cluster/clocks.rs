@@ -183,3 +183,38 @@ async fn replicas_hold_the_same_keys_whatever_their_clocks() {
     })
     .await;
 }
+
+/// Every node's wall clock steps an hour back while the cluster is down: restarted, the
+/// cluster resumes from the group's time, kept in its log and snapshots, so a bucket neither
+/// waits out the hour nor asks a client to wait longer than the limit can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_restarted_after_its_clocks_stepped_back_resumes_its_time() {
+    bounded(async {
+        let mut c = TestCluster::start("skew-restart", Opts::default()).await;
+        let key = key_in_group(&c.spec, "skew-restart", 1);
+        let mut client = Router::new(c.addrs());
+        let (r, _) = client.call(&bucket(&key, "10"), SERVE).await;
+        assert_eq!(r.limit()[..3], [0, 10, 0], "{r:?}");
+        pass(&c, 7).await;
+        // One token back after 6 s; this takes it, and the next is 5 s away.
+        let (r, _) = client.call(&bucket(&key, "1"), SERVE).await;
+        assert_eq!(r.limit(), [0, 10, 0, -1, 59], "{r:?}");
+        c.stop_all().await;
+        for clock in &c.clocks {
+            clock.step_ns(-3600 * SEC);
+        }
+        for id in c.ids() {
+            c.start_node(id).await;
+        }
+        c.wait_leaders(Duration::from_secs(10)).await;
+        let mut client = Router::new(c.addrs());
+        let (r, _) = client.call(&bucket(&key, "1"), SERVE).await;
+        assert_eq!(r.limit(), [1, 10, 0, 5, 59], "{r:?}");
+        // Six seconds (the group's time leans toward the clocks an hour behind by 6 ms).
+        pass(&c, 6).await;
+        let (r, _) = client.call(&bucket(&key, "1"), SERVE).await;
+        assert_eq!(r.limit()[..4], [0, 10, 0, -1], "{r:?}");
+        c.stop_all().await;
+    })
+    .await;
+}
