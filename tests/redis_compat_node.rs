@@ -1123,7 +1123,7 @@ async fn info_sections_use_redis_names() {
                 .cloned()
                 .collect();
             // bucketd's own additions to Redis's sections.
-            let own = ["bucketd_version", "protocol_errors"];
+            let own = ["bucketd_version", "protocol_errors", "clock_offset_ms"];
             assert!(
                 extra.iter().all(|f| own.contains(&f.as_str())),
                 "INFO {section}: fields Redis does not have: {extra:?}"
