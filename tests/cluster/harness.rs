@@ -958,3 +958,19 @@ pub fn assert_step(what: &str, before: i64, after: i64, step: i64, route: &Route
         );
     }
 }
+
+/// Pairs of a RESP2-flattened map (`BK.CLUSTER STATUS` and the like).
+pub fn pairs(r: &Resp) -> Vec<(String, Resp)> {
+    r.array()
+        .chunks(2)
+        .map(|kv| (kv[0].text(), kv[1].clone()))
+        .collect()
+}
+
+/// The value named `k` in `kv`; panics, showing them all, when there is none.
+pub fn field<'a>(kv: &'a [(String, Resp)], k: &str) -> &'a Resp {
+    &kv.iter()
+        .find(|(n, _)| n == k)
+        .unwrap_or_else(|| panic!("no {k} in {kv:?}"))
+        .1
+}

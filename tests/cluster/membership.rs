@@ -26,21 +26,6 @@ struct Status {
     members: Vec<Member>,
 }
 
-/// Pairs of a RESP2-flattened map.
-fn pairs(r: &Resp) -> Vec<(String, Resp)> {
-    r.array()
-        .chunks(2)
-        .map(|kv| (kv[0].text(), kv[1].clone()))
-        .collect()
-}
-
-fn field<'a>(kv: &'a [(String, Resp)], k: &str) -> &'a Resp {
-    &kv.iter()
-        .find(|(n, _)| n == k)
-        .unwrap_or_else(|| panic!("no {k} in {kv:?}"))
-        .1
-}
-
 async fn status(addr: &str) -> Status {
     let mut c = Conn::connect(addr).await.expect("connects");
     let r = c.must(&["BK.CLUSTER", "STATUS"]).await;

@@ -614,21 +614,6 @@ async fn writes_through_leadership_transfers_are_counted_within_their_answers() 
     .await;
 }
 
-/// Pairs of a RESP2-flattened map.
-fn pairs(r: &Resp) -> Vec<(String, Resp)> {
-    r.array()
-        .chunks(2)
-        .map(|kv| (kv[0].text(), kv[1].clone()))
-        .collect()
-}
-
-fn field<'a>(kv: &'a [(String, Resp)], k: &str) -> &'a Resp {
-    &kv.iter()
-        .find(|(n, _)| n == k)
-        .unwrap_or_else(|| panic!("no {k} in {kv:?}"))
-        .1
-}
-
 /// Whether `addr` reports exactly the members `ids`, all up, and nothing left to move.
 async fn settled(addr: &str, ids: &[NodeId]) -> bool {
     let Ok(mut conn) = Conn::connect(addr).await else {
