@@ -118,9 +118,15 @@ pub struct Timeline {
     at: u64,
     /// The monotonic reading it was given at.
     mono: u64,
-    /// Nanoseconds passed that earned no correction yet (under `SLEW_DIVISOR`).
+    /// Nanoseconds passed that earned no correction yet: the wall clock is read, and the
+    /// correction made, once at least `WALL_EVERY_NS` have passed, not on every reading.
     carry: u64,
 }
+
+/// How much monotonic time passes between two readings of the wall clock by a timeline: a
+/// shard reads its time once per batch, and the correction toward the wall clock needs far
+/// fewer readings than that.
+const WALL_EVERY_NS: u64 = 1_000_000;
 
 impl std::fmt::Debug for Timeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -156,6 +162,11 @@ impl Timeline {
         self.mono = mono;
         let base = self.at.saturating_add(passed);
         let earned = self.carry + passed;
+        if earned < WALL_EVERY_NS {
+            self.carry = earned;
+            self.at = base;
+            return base;
+        }
         let room = earned / SLEW_DIVISOR;
         self.carry = earned % SLEW_DIVISOR;
         let wall = self.src.now_ns();
@@ -167,21 +178,11 @@ impl Timeline {
         self.at
     }
 
-    /// The time last given, without reading the clock.
-    pub fn last(&self) -> u64 {
-        self.at
-    }
-
     /// Lifts the timeline to `floor` if it is behind it; it runs on from there.
     pub fn raise(&mut self, floor: u64) {
         if floor > self.now() {
             self.at = floor;
         }
-    }
-
-    /// The clock the timeline reads.
-    pub fn source(&self) -> &Arc<dyn Clock> {
-        &self.src
     }
 }
 
